@@ -1,0 +1,340 @@
+//! Descriptors: a program's name, description and JSON Schemas.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+use crate::digest::{Digest, Purpose};
+use crate::failure::Failure;
+use crate::ids::{IdError, Name};
+use crate::payload::{Payload, PayloadError};
+
+/// A compiled JSON Schema (draft 2020-12) with its canonical JSON.
+#[derive(Clone)]
+pub struct Schema {
+    json: Payload,
+    validator: Arc<jsonschema::Validator>,
+}
+
+/// Why a schema could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SchemaError {
+    /// The schema is not valid JSON Schema 2020-12.
+    #[error("invalid JSON Schema: {message}")]
+    Invalid {
+        /// What the compiler reported.
+        message: String,
+    },
+    /// The schema JSON itself was malformed.
+    #[error(transparent)]
+    Payload(#[from] PayloadError),
+}
+
+/// A payload that does not satisfy a schema; `path` is the JSON Pointer of
+/// the first offending value (empty for the root).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("schema violation at {}: {message}", if path.is_empty() { "/" } else { path.as_str() })]
+pub struct SchemaViolation {
+    /// JSON Pointer into the payload.
+    pub path: String,
+    /// What the validator reported.
+    pub message: String,
+}
+
+impl Schema {
+    /// Compiles a schema given as a payload.
+    pub fn new(json: Payload) -> Result<Schema, SchemaError> {
+        let validator = jsonschema::draft202012::new(&json.to_value()).map_err(|error| SchemaError::Invalid {
+            message: error.to_string(),
+        })?;
+        Ok(Schema {
+            json,
+            validator: Arc::new(validator),
+        })
+    }
+
+    /// Compiles a schema given as JSON text.
+    pub fn parse(text: &str) -> Result<Schema, SchemaError> {
+        Schema::new(Payload::parse_str(text)?)
+    }
+
+    /// The schema schemars derives for `T`.
+    pub fn of<T: schemars::JsonSchema>() -> Schema {
+        let schema = schemars::SchemaGenerator::new(schemars::generate::SchemaSettings::draft2020_12())
+            .into_root_schema_for::<T>();
+        let value = serde_json::to_value(&schema).expect("a derived schema is JSON");
+        Schema::new(Payload::from_value(&value).expect("a derived schema is small JSON"))
+            .expect("schemars derives valid draft 2020-12 schemas")
+    }
+
+    /// The schema `true`: accepts every value.
+    pub fn any() -> Schema {
+        Schema::new(Payload::from_value(&Value::Bool(true)).expect("true encodes")).expect("true compiles")
+    }
+
+    /// The schema `false`: rejects every value.
+    pub fn reject_all() -> Schema {
+        Schema::new(Payload::from_value(&Value::Bool(false)).expect("false encodes")).expect("false compiles")
+    }
+
+    /// The canonical schema JSON.
+    pub fn json(&self) -> &Payload {
+        &self.json
+    }
+
+    /// Whether this is the schema `false`.
+    pub fn rejects_all(&self) -> bool {
+        self.json.as_str() == "false"
+    }
+
+    /// Validates a payload, reporting the first violation.
+    pub fn validate(&self, payload: &Payload) -> Result<(), SchemaViolation> {
+        if self.json.as_str() == "true" {
+            return Ok(());
+        }
+        let value = payload.to_value();
+        self.validate_value(&value)
+    }
+
+    /// Validates an already parsed value.
+    pub fn validate_value(&self, value: &Value) -> Result<(), SchemaViolation> {
+        match self.validator.iter_errors(value).next() {
+            None => Ok(()),
+            Some(error) => Err(SchemaViolation {
+                path: error.instance_path().to_string(),
+                message: error.to_string().chars().take(512).collect(),
+            }),
+        }
+    }
+}
+
+impl PartialEq for Schema {
+    fn eq(&self, other: &Self) -> bool {
+        self.json == other.json
+    }
+}
+
+impl Eq for Schema {}
+
+impl fmt::Debug for Schema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Schema({:?})", self.json)
+    }
+}
+
+impl Serialize for Schema {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.json.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Schema {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Schema::new(Payload::deserialize(deserializer)?).map_err(serde::de::Error::custom)
+    }
+}
+
+impl schemars::JsonSchema for Schema {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "JsonSchema".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": ["object", "boolean"] })
+    }
+}
+
+/// Why a descriptor could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DescriptorError {
+    /// The name is not a lowercase dotted name.
+    #[error(transparent)]
+    Name(#[from] IdError),
+    /// The description is empty or longer than 4096 bytes.
+    #[error("description must be 1 to 4096 bytes, got {len}")]
+    Description {
+        /// Its length in bytes.
+        len: usize,
+    },
+}
+
+/// What a program is: a lowercase dotted name, a description, and JSON
+/// Schemas for its input, output and unaddressed signals. The signal schema
+/// defaults to `false`, which rejects all unaddressed input.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, try_from = "DescriptorWire")]
+pub struct Descriptor {
+    name: Name,
+    description: String,
+    input_schema: Schema,
+    output_schema: Schema,
+    signal_schema: Schema,
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct DescriptorWire {
+    name: Name,
+    description: String,
+    input_schema: Schema,
+    output_schema: Schema,
+    signal_schema: Schema,
+}
+
+impl TryFrom<DescriptorWire> for Descriptor {
+    type Error = DescriptorError;
+
+    fn try_from(wire: DescriptorWire) -> Result<Self, DescriptorError> {
+        Descriptor::new(wire.name.as_str(), wire.description, wire.input_schema, wire.output_schema)
+            .map(|descriptor| descriptor.with_signal_schema(wire.signal_schema))
+    }
+}
+
+impl Descriptor {
+    /// Largest description accepted, in bytes.
+    pub const MAX_DESCRIPTION: usize = 4096;
+
+    /// Builds a descriptor; the signal schema starts as `false`.
+    pub fn new(
+        name: &str,
+        description: impl Into<String>,
+        input_schema: Schema,
+        output_schema: Schema,
+    ) -> Result<Descriptor, DescriptorError> {
+        let name = Name::new(name)?;
+        let description = description.into();
+        if description.is_empty() || description.len() > Self::MAX_DESCRIPTION {
+            return Err(DescriptorError::Description { len: description.len() });
+        }
+        Ok(Descriptor {
+            name,
+            description,
+            input_schema,
+            output_schema,
+            signal_schema: Schema::reject_all(),
+        })
+    }
+
+    /// A descriptor whose input and output schemas schemars derives from `I` and `O`.
+    pub fn typed<I: schemars::JsonSchema, O: schemars::JsonSchema>(
+        name: &str,
+        description: impl Into<String>,
+    ) -> Result<Descriptor, DescriptorError> {
+        Descriptor::new(name, description, Schema::of::<I>(), Schema::of::<O>())
+    }
+
+    /// Replaces the schema for unaddressed signals.
+    pub fn with_signal_schema(mut self, schema: Schema) -> Descriptor {
+        self.signal_schema = schema;
+        self
+    }
+
+    /// The name.
+    pub fn name(&self) -> &Name {
+        &self.name
+    }
+
+    /// The description.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// Schema of the input.
+    pub fn input_schema(&self) -> &Schema {
+        &self.input_schema
+    }
+
+    /// Schema of the output.
+    pub fn output_schema(&self) -> &Schema {
+        &self.output_schema
+    }
+
+    /// Schema of unaddressed signals.
+    pub fn signal_schema(&self) -> &Schema {
+        &self.signal_schema
+    }
+
+    /// Digest of the canonical contract JSON.
+    pub fn digest(&self) -> Digest {
+        let contract = Payload::encode(self).expect("a descriptor always encodes");
+        Digest::of(Purpose::Contract, contract.as_bytes())
+    }
+
+    /// Validates an input: a `contract` failure `execution.input.invalid` naming the path.
+    pub fn check_input(&self, input: &Payload) -> Result<(), Failure> {
+        check(&self.input_schema, input, "execution.input.invalid", "input", &self.name)
+    }
+
+    /// Validates an output: a `contract` failure `execution.output.invalid` naming the path.
+    pub fn check_output(&self, output: &Payload) -> Result<(), Failure> {
+        check(&self.output_schema, output, "execution.output.invalid", "output", &self.name)
+    }
+
+    /// Validates an unaddressed signal: `engine.signal.rejected` naming the path.
+    pub fn check_signal(&self, payload: &Payload) -> Result<(), Failure> {
+        check(&self.signal_schema, payload, "engine.signal.rejected", "unaddressed signal", &self.name)
+    }
+}
+
+fn check(schema: &Schema, payload: &Payload, code: &str, what: &str, name: &Name) -> Result<(), Failure> {
+    schema
+        .validate(payload)
+        .map_err(|violation| Failure::contract(code, format!("{what} of {name} rejected: {violation}")))
+}
+
+impl fmt::Debug for Descriptor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Descriptor").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Serialize, schemars::JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Order {
+        item: String,
+        quantity: u32,
+    }
+
+    #[test]
+    fn violation_names_the_path() {
+        let descriptor = Descriptor::typed::<Order, String>("shop.order", "Place an order.").expect("valid");
+        let bad = Payload::parse_str(r#"{"item":"tea","quantity":"two"}"#).expect("json");
+        let failure = descriptor.check_input(&bad).expect_err("rejected");
+        assert_eq!(failure.kind, crate::FailureKind::Contract);
+        assert_eq!(failure.code(), "execution.input.invalid");
+        assert!(failure.message.contains("/quantity"), "{}", failure.message);
+        let good = Payload::parse_str(r#"{"item":"tea","quantity":2}"#).expect("json");
+        assert!(descriptor.check_input(&good).is_ok());
+    }
+
+    #[test]
+    fn signals_are_rejected_by_default() {
+        let descriptor = Descriptor::typed::<String, String>("a.b", "x").expect("valid");
+        assert!(descriptor.check_signal(&Payload::null()).is_err());
+    }
+
+    #[test]
+    fn bad_descriptors_are_refused() {
+        assert!(Descriptor::new("Bad", "x", Schema::any(), Schema::any()).is_err());
+        assert!(Descriptor::new("a", "", Schema::any(), Schema::any()).is_err());
+        assert!(Schema::parse(r#"{"type": 12}"#).is_err());
+    }
+
+    #[test]
+    fn digest_tracks_the_contract() {
+        let a = Descriptor::typed::<String, String>("a.b", "x").expect("valid");
+        let b = Descriptor::typed::<String, u32>("a.b", "x").expect("valid");
+        assert_ne!(a.digest(), b.digest());
+        let round: Descriptor = serde_json::from_str(&serde_json::to_string(&a).expect("ser")).expect("de");
+        assert_eq!(round.digest(), a.digest());
+    }
+}

@@ -1,0 +1,187 @@
+//! blake3 digests with one derive-key context per purpose.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// What a digest is computed for; each purpose has its own fixed, dated
+/// blake3 derive-key context so digests of different purposes never collide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Purpose {
+    /// Canonical payload bytes.
+    Payload,
+    /// A descriptor's contract (name, description, schemas).
+    Contract,
+    /// A program reference (contract, implementation, configuration, children).
+    Program,
+    /// Implementation identity (crate name and version, or a build identity).
+    Implementation,
+    /// Configuration identity (every configuration field).
+    Configuration,
+    /// Derived identifiers (process, effect, wait, engine signal ids).
+    Identity,
+    /// The log hash chain.
+    LogChain,
+}
+
+impl Purpose {
+    /// The blake3 derive-key context string; stable API, never change a string.
+    pub const fn context(self) -> &'static str {
+        match self {
+            Purpose::Payload => "baton 2026-11-30 payload v1",
+            Purpose::Contract => "baton 2026-11-30 contract v1",
+            Purpose::Program => "baton 2026-11-30 program ref v1",
+            Purpose::Implementation => "baton 2026-11-30 implementation v1",
+            Purpose::Configuration => "baton 2026-11-30 configuration v1",
+            Purpose::Identity => "baton 2026-11-30 identity v1",
+            Purpose::LogChain => "baton 2026-11-30 log chain v1",
+        }
+    }
+}
+
+/// A 32-byte blake3 digest, shown as `b3:<hex>`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Digest([u8; 32]);
+
+impl Digest {
+    /// The all-zero digest, used as the `prev` of a log's first record.
+    pub const ZERO: Digest = Digest([0; 32]);
+
+    /// Digest of `bytes` for `purpose`.
+    pub fn of(purpose: Purpose, bytes: &[u8]) -> Digest {
+        let mut hasher = blake3::Hasher::new_derive_key(purpose.context());
+        hasher.update(bytes);
+        Digest(*hasher.finalize().as_bytes())
+    }
+
+    /// Digest of a sequence of parts; each part is length-prefixed so part
+    /// boundaries are unambiguous.
+    pub fn of_parts(purpose: Purpose, parts: &[&[u8]]) -> Digest {
+        let mut hasher = blake3::Hasher::new_derive_key(purpose.context());
+        for part in parts {
+            hasher.update(&(part.len() as u64).to_le_bytes());
+            hasher.update(part);
+        }
+        Digest(*hasher.finalize().as_bytes())
+    }
+
+    /// The raw bytes.
+    pub const fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// Builds a digest from raw bytes (e.g. read back from a store).
+    pub const fn from_bytes(bytes: [u8; 32]) -> Digest {
+        Digest(bytes)
+    }
+
+    /// Lower-case hex without the `b3:` prefix.
+    pub fn to_hex(&self) -> String {
+        hex(&self.0)
+    }
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        out.push(DIGITS[(byte >> 4) as usize] as char);
+        out.push(DIGITS[(byte & 0xf) as usize] as char);
+    }
+    out
+}
+
+pub(crate) fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
+    if text.len() != N * 2 {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (index, pair) in text.as_bytes().chunks_exact(2).enumerate() {
+        let high = (pair[0] as char).to_digit(16)?;
+        let low = (pair[1] as char).to_digit(16)?;
+        if pair[0].is_ascii_uppercase() || pair[1].is_ascii_uppercase() {
+            return None;
+        }
+        out[index] = (high * 16 + low) as u8;
+    }
+    Some(out)
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "b3:{}", self.to_hex())
+    }
+}
+
+impl fmt::Debug for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// A digest string was not `b3:` followed by 64 lower-case hex digits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed digest {text:?}: expected b3: followed by 64 lower-case hex digits")]
+pub struct DigestParseError {
+    /// The rejected text (truncated to 80 characters).
+    pub text: String,
+}
+
+impl FromStr for Digest {
+    type Err = DigestParseError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        text.strip_prefix("b3:")
+            .and_then(unhex::<32>)
+            .map(Digest)
+            .ok_or_else(|| DigestParseError {
+                text: text.chars().take(80).collect(),
+            })
+    }
+}
+
+impl Serialize for Digest {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Digest {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = std::borrow::Cow::<str>::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn purposes_separate_digests() {
+        assert_ne!(
+            Digest::of(Purpose::Payload, b"x"),
+            Digest::of(Purpose::Identity, b"x")
+        );
+    }
+
+    #[test]
+    fn parts_are_unambiguous() {
+        assert_ne!(
+            Digest::of_parts(Purpose::Identity, &[b"ab", b"c"]),
+            Digest::of_parts(Purpose::Identity, &[b"a", b"bc"])
+        );
+    }
+
+    #[test]
+    fn text_round_trip_and_rejections() {
+        let digest = Digest::of(Purpose::Payload, b"hello");
+        let text = digest.to_string();
+        assert!(text.starts_with("b3:"));
+        assert_eq!(text.parse::<Digest>(), Ok(digest));
+        assert!("b3:zz".parse::<Digest>().is_err());
+        assert!(text.to_uppercase().parse::<Digest>().is_err());
+        assert!(text.trim_start_matches("b3:").parse::<Digest>().is_err());
+    }
+}

@@ -1,0 +1,1090 @@
+//! The owner task of one tree: the single writer of its log.
+//!
+//! Every round it takes in commands and dispatch completions, steps runnable
+//! processes and advances effect frontiers, staging records (each applied to
+//! the in-memory fold at once), then commits the staged records in one
+//! append and only then acts on them: dispatches, replies, events. If the
+//! append fails the tree stops, so in-memory state that ran ahead of the log
+//! is never observed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::Instrument;
+
+use crate::budget::{Budget, Capabilities};
+use crate::clock::Timestamp;
+use crate::digest::Digest;
+use crate::failure::{Cause, Failure, Termination};
+use crate::ids::{EffectId, ProcessId, StartId, TreeId};
+use crate::log::{Record, RecordBody};
+use crate::payload::Payload;
+use crate::program::{
+    Cancellation, DeltaSink, DispatchCall, Effect, Execution, ExecutionState, Program, ReplayPolicy, Settlement, Signal,
+    SignalBody, Transition,
+};
+use crate::store::{AcquireRequest, Acquired, Append, AppendOutcome, Lease, TreeLoad, TreeMeta};
+
+use super::state::{Phase, TreeState, ending_failure, signal_digest};
+use super::view::{Event, EventKind, TreeView};
+use super::{
+    ControlError, EngineInner, RecoverError, RuntimeError, SignalError, SignalReceipt, SignalRequest, StartError,
+    TreeOutcome, TreeShared, fold, owner_is_gone, panic_failure,
+};
+
+/// A request from a handle to the tree's owner task.
+pub(crate) enum Command {
+    Signal {
+        process: ProcessId,
+        request: SignalRequest,
+        reply: oneshot::Sender<Result<SignalReceipt, SignalError>>,
+    },
+    Cancel {
+        process: ProcessId,
+        reason: String,
+        reply: oneshot::Sender<Result<(), ControlError>>,
+    },
+    Kill {
+        process: ProcessId,
+        reply: oneshot::Sender<Result<(), ControlError>>,
+    },
+    Resolve {
+        process: ProcessId,
+        effect: EffectId,
+        settlement: Settlement,
+        reply: oneshot::Sender<Result<(), ControlError>>,
+    },
+    Replay {
+        process: ProcessId,
+        effect: EffectId,
+        reply: oneshot::Sender<Result<(), ControlError>>,
+    },
+    Inspect {
+        reply: oneshot::Sender<Result<TreeView, ControlError>>,
+    },
+    Close {
+        reply: oneshot::Sender<()>,
+    },
+}
+
+struct Completion {
+    effect: EffectId,
+    attempt: u64,
+    settlement: Settlement,
+}
+
+struct InFlight {
+    process: ProcessId,
+    attempt: u64,
+    cancel: watch::Sender<bool>,
+}
+
+struct DispatchJob {
+    process: ProcessId,
+    effect: EffectId,
+    request: Payload,
+    reserve: crate::budget::Meters,
+    attempt: u64,
+    cancel: Cancellation,
+}
+
+/// Something to do once the staged records are durable.
+enum After {
+    Dispatch(DispatchJob),
+    Reply(Box<dyn FnOnce() + Send>),
+}
+
+struct Actor {
+    engine: Arc<EngineInner>,
+    shared: Arc<TreeShared>,
+    tree: TreeId,
+    state: TreeState,
+    programs: BTreeMap<ProcessId, Program>,
+    executions: BTreeMap<ProcessId, Box<dyn Execution>>,
+    token: u64,
+    head_seq: u64,
+    head: Digest,
+    since_snapshot: u64,
+    staged: Vec<RecordBody>,
+    after: Vec<After>,
+    in_flight: BTreeMap<EffectId, InFlight>,
+    replay_allowed: BTreeSet<EffectId>,
+    attempts: u64,
+    commands: mpsc::UnboundedReceiver<Command>,
+    completions: mpsc::UnboundedReceiver<Completion>,
+    completion_sender: mpsc::UnboundedSender<Completion>,
+    outcome: watch::Sender<TreeOutcome>,
+}
+
+enum Held {
+    Store(crate::store::StoreError),
+    Lease { owner: String, until: Timestamp },
+}
+
+async fn acquire(engine: &EngineInner, tree: TreeId, force: bool) -> Result<(Lease, TreeLoad), Held> {
+    let mut force = force;
+    loop {
+        let request = AcquireRequest {
+            tree,
+            owner: engine.owner.clone(),
+            now: engine.clock.now(),
+            ttl: engine.lease_ttl,
+            force,
+        };
+        match engine.store.acquire(request).await.map_err(Held::Store)? {
+            Acquired::Granted { lease, load } => return Ok((lease, load)),
+            Acquired::LeaseHeld { owner, .. } if !force && owner_is_gone(&owner) => {
+                tracing::info!(%tree, %owner, "taking over the lease of a writer that is gone");
+                force = true;
+            }
+            Acquired::LeaseHeld { owner, until } => return Err(Held::Lease { owner, until }),
+        }
+    }
+}
+
+fn catch<T>(code: &str, f: impl FnOnce() -> Result<T, crate::failure::StepError>) -> Result<T, Failure> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) => Err(error.0),
+        Err(panic) => Err(panic_failure(code, panic)),
+    }
+}
+
+fn restore(program: &Program, state: &ExecutionState) -> Result<Box<dyn Execution>, Failure> {
+    catch("execution.restore.panicked", || program.definition().restore(state))
+}
+
+/// Starts a new tree (or takes up the stored one with the same id).
+pub(super) async fn start(
+    engine: &Arc<EngineInner>,
+    program: Program,
+    id: StartId,
+    input: Payload,
+    budget: Budget,
+    capabilities: Capabilities,
+    deadline: Option<Timestamp>,
+) -> Result<Arc<TreeShared>, StartError> {
+    let tree = ProcessId::root(&id);
+    let (lease, load) = match acquire(engine, tree, false).await {
+        Ok(granted) => granted,
+        Err(Held::Store(error)) => return Err(error.into()),
+        Err(Held::Lease { owner, until }) => return Err(StartError::LeaseHeld { owner, until }),
+    };
+    let release = |engine: &Arc<EngineInner>| {
+        let (store, token) = (engine.store.clone(), lease.token);
+        async move {
+            let _ = store.release(tree, token).await;
+        }
+    };
+    if load.exists() {
+        let folded = match fold(tree, &load) {
+            Ok(folded) => folded,
+            Err(error) => {
+                release(engine).await;
+                return Err(error.into());
+            }
+        };
+        if folded.0.root_termination().is_some() {
+            release(engine).await;
+            return Ok(finished(engine, &folded.0));
+        }
+        return spawn(engine, folded, lease.token).map_err(StartError::from);
+    }
+    let started = catch("execution.start.panicked", || program.definition().start(&input)).and_then(|execution| {
+        let state = catch("execution.snapshot.panicked", || execution.snapshot())?;
+        let restored = restore(&program, &state).map_err(|failure| {
+            Failure::contract("execution.snapshot.unrestorable", format!("initial state does not restore: {failure}"))
+        })?;
+        Ok((state, restored))
+    });
+    let (state, execution) = match started {
+        Ok(started) => started,
+        Err(failure) => {
+            release(engine).await;
+            return Err(StartError::Program(failure));
+        }
+    };
+    let body = RecordBody::TreeStarted {
+        start: id.clone(),
+        root: tree,
+        program: program.reference().clone(),
+        input,
+        budget,
+        capabilities,
+        deadline,
+        state,
+    };
+    let tree_state = TreeState::started(&body).map_err(|e| StartError::Program(Failure::execution("engine.start.invalid", e.0)))?;
+    let record = Record::seal(1, Digest::ZERO, &body);
+    let meta = TreeMeta {
+        tree,
+        scope: id.scope.clone(),
+        status: tree_state.tree_status(),
+        updated: engine.clock.now(),
+    };
+    let append = Append {
+        tree,
+        token: lease.token,
+        records: vec![record.clone()],
+        meta,
+    };
+    match engine.store.append(vec![append]).await {
+        Ok(outcomes) if matches!(outcomes.first(), Some(AppendOutcome::Committed | AppendOutcome::Duplicate)) => {}
+        Ok(_) => {
+            release(engine).await;
+            return Err(StartError::LeaseHeld {
+                owner: "another writer".into(),
+                until: engine.clock.now(),
+            });
+        }
+        Err(error) => return Err(error.into()),
+    }
+    let _ = engine.events.send(Event {
+        tree,
+        process: tree,
+        path: Vec::new(),
+        kind: EventKind::ProcessStarted { seq: 1 },
+    });
+    let shared = spawn_with(engine, (tree_state, 1, record.hash), lease.token, BTreeMap::from([(tree, execution)]))?;
+    Ok(shared)
+}
+
+/// Takes up a stored, unfinished tree as its writer.
+pub(super) async fn resume(engine: &Arc<EngineInner>, tree: TreeId, force: bool) -> Result<Arc<TreeShared>, RecoverError> {
+    let (lease, load) = match acquire(engine, tree, force).await {
+        Ok(granted) => granted,
+        Err(Held::Store(error)) => return Err(error.into()),
+        Err(Held::Lease { owner, until }) => return Err(RecoverError::LeaseHeld { tree, owner, until }),
+    };
+    let folded = match fold(tree, &load) {
+        Ok(folded) => folded,
+        Err(error) => {
+            let _ = engine.store.release(tree, lease.token).await;
+            return Err(error);
+        }
+    };
+    spawn(engine, folded, lease.token)
+}
+
+/// A shared record of a tree that has already finished.
+pub(super) fn finished(engine: &Arc<EngineInner>, state: &TreeState) -> Arc<TreeShared> {
+    let (commands, _) = mpsc::unbounded_channel();
+    let root = &state.processes[&state.root];
+    let (_, outcome) = watch::channel(TreeOutcome {
+        root: root.termination.clone(),
+        stopped: None,
+        finished: true,
+    });
+    let shared = Arc::new(TreeShared {
+        tree: state.root,
+        scope: state.start.scope.clone(),
+        program: root.program.digest,
+        input: root.input,
+        commands,
+        outcome,
+    });
+    if let Ok(mut trees) = engine.trees.lock() {
+        trees.insert(state.root, Arc::downgrade(&shared));
+    }
+    shared
+}
+
+fn spawn(engine: &Arc<EngineInner>, folded: (TreeState, u64, Digest), token: u64) -> Result<Arc<TreeShared>, RecoverError> {
+    spawn_with(engine, folded, token, BTreeMap::new())
+}
+
+fn spawn_with(
+    engine: &Arc<EngineInner>,
+    (state, head_seq, head): (TreeState, u64, Digest),
+    token: u64,
+    executions: BTreeMap<ProcessId, Box<dyn Execution>>,
+) -> Result<Arc<TreeShared>, RecoverError> {
+    let tree = state.root;
+    let mut programs = BTreeMap::new();
+    for (id, process) in &state.processes {
+        if process.termination.is_some() {
+            continue;
+        }
+        let program = engine.program(&process.program.digest).ok_or_else(|| RecoverError::ProgramUnavailable {
+            tree,
+            name: process.program.name.to_string(),
+            digest: process.program.digest,
+        })?;
+        programs.insert(*id, program);
+    }
+    let root = &state.processes[&tree];
+    let (commands_sender, commands) = mpsc::unbounded_channel();
+    let (outcome, outcome_receiver) = watch::channel(TreeOutcome::default());
+    let shared = Arc::new(TreeShared {
+        tree,
+        scope: state.start.scope.clone(),
+        program: root.program.digest,
+        input: root.input,
+        commands: commands_sender,
+        outcome: outcome_receiver,
+    });
+    let (completion_sender, completions) = mpsc::unbounded_channel();
+    let actor = Actor {
+        engine: engine.clone(),
+        shared: shared.clone(),
+        tree,
+        state,
+        programs,
+        executions,
+        token,
+        head_seq,
+        head,
+        since_snapshot: 0,
+        staged: Vec::new(),
+        after: Vec::new(),
+        in_flight: BTreeMap::new(),
+        replay_allowed: BTreeSet::new(),
+        attempts: 0,
+        commands,
+        completions,
+        completion_sender,
+        outcome,
+    };
+    if let Ok(mut trees) = engine.trees.lock() {
+        trees.insert(tree, Arc::downgrade(&shared));
+    }
+    let span = tracing::info_span!("tree", %tree);
+    let task = tokio::spawn(actor.run().instrument(span));
+    if let Ok(mut tasks) = engine.tasks.lock() {
+        tasks.retain(|task| !task.is_finished());
+        tasks.push(task.abort_handle());
+    }
+    Ok(shared)
+}
+
+impl Actor {
+    async fn run(mut self) {
+        loop {
+            while let Ok(command) = self.commands.try_recv() {
+                if let Some(reply) = self.command(command) {
+                    self.close(reply).await;
+                    return;
+                }
+            }
+            while let Ok(completion) = self.completions.try_recv() {
+                self.complete(completion);
+            }
+            self.check_deadline();
+            self.drive();
+            if !self.staged.is_empty() {
+                if let Err(error) = self.commit().await {
+                    self.stop(error);
+                    return;
+                }
+                continue;
+            }
+            self.flush_after();
+            if self.done() {
+                self.finish().await;
+                return;
+            }
+            let deadline = self.live_deadline();
+            let renew_at = self.engine.clock.now().plus(self.engine.lease_ttl / 3);
+            let clock = self.engine.clock.clone();
+            tokio::select! {
+                biased;
+                command = self.commands.recv() => {
+                    if let Some(command) = command
+                        && let Some(reply) = self.command(command)
+                    {
+                        self.close(reply).await;
+                        return;
+                    }
+                }
+                Some(completion) = self.completions.recv() => self.complete(completion),
+                () = clock.sleep_until(deadline.unwrap_or(Timestamp(u64::MAX))), if deadline.is_some() => {}
+                () = clock.sleep_until(renew_at) => {
+                    let until = self.engine.clock.now().plus(self.engine.lease_ttl);
+                    match self.engine.store.renew(self.tree, self.token, until).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            let error = RuntimeError::Fenced { tree: self.tree, head_seq: self.head_seq };
+                            self.stop(error);
+                            return;
+                        }
+                        Err(error) => tracing::warn!(tree = %self.tree, %error, "lease renewal failed"),
+                    }
+                }
+            }
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.state.processes.values().all(|p| p.termination.is_some())
+    }
+
+    fn live_deadline(&self) -> Option<Timestamp> {
+        self.state.deadline.filter(|_| self.state.root_termination().is_none())
+    }
+
+    fn stage(&mut self, body: RecordBody) {
+        if let Err(error) = self.state.apply(&body) {
+            // The engine only stages records that follow from its state; a
+            // failure here is a defect, reported by stopping the tree.
+            tracing::error!(tree = %self.tree, %error, "engine staged an inconsistent record");
+            let inconsistent = RuntimeError::Inconsistent {
+                tree: self.tree,
+                message: error.0,
+            };
+            self.outcome.send_modify(|o| o.stopped = Some(inconsistent));
+            return;
+        }
+        if let RecordBody::Terminated { process, .. } | RecordBody::StepAdopted { process, .. } = &body
+            && self.state.processes[process].termination.is_some()
+        {
+            self.executions.remove(process);
+            let abandoned: Vec<EffectId> = self
+                .in_flight
+                .iter()
+                .filter(|(_, flight)| flight.process == *process)
+                .map(|(effect, _)| *effect)
+                .collect();
+            for effect in abandoned {
+                if let Some(flight) = self.in_flight.remove(&effect) {
+                    let _ = flight.cancel.send(true);
+                }
+            }
+        }
+        self.staged.push(body);
+    }
+
+    fn reply<T: Send + 'static>(&mut self, sender: oneshot::Sender<T>, value: T) {
+        self.after.push(After::Reply(Box::new(move || {
+            let _ = sender.send(value);
+        })));
+    }
+
+    /// Handles a command; returns the reply channel when it asks to close.
+    fn command(&mut self, command: Command) -> Option<oneshot::Sender<()>> {
+        match command {
+            Command::Signal { process, request, reply } => {
+                let result = self.admit(process, request);
+                self.reply(reply, result);
+            }
+            Command::Cancel { process, reason, reply } => {
+                let result = self.live(process).map(|_| ());
+                if result.is_ok() && self.state.processes[&process].cancel.is_none() {
+                    self.stage(RecordBody::CancelRequested {
+                        process,
+                        cause: Cause::HostCancellation,
+                        reason,
+                    });
+                    for flight in self.in_flight.values().filter(|f| f.process == process) {
+                        let _ = flight.cancel.send(true);
+                    }
+                }
+                self.reply(reply, result);
+            }
+            Command::Kill { process, reply } => {
+                let result = self.live(process).map(|_| ());
+                if result.is_ok() {
+                    self.end(process, Cause::Kill, "killed by the host");
+                }
+                self.reply(reply, result);
+            }
+            Command::Resolve {
+                process,
+                effect,
+                settlement,
+                reply,
+            } => {
+                let result = self.unknown(process, effect).map(|()| {
+                    self.stage(RecordBody::EffectResolved {
+                        process,
+                        effect,
+                        settlement,
+                    });
+                });
+                self.reply(reply, result);
+            }
+            Command::Replay { process, effect, reply } => {
+                let result = self.unknown(process, effect).map(|()| {
+                    self.replay_allowed.insert(effect);
+                    self.stage(RecordBody::EffectReplayed { process, effect });
+                });
+                self.reply(reply, result);
+            }
+            Command::Inspect { reply } => {
+                let view = TreeView::of(&self.state, self.head_seq, self.head, false);
+                let _ = reply.send(Ok(view));
+            }
+            Command::Close { reply } => return Some(reply),
+        }
+        None
+    }
+
+    fn live(&self, process: ProcessId) -> Result<&super::state::ProcessState, ControlError> {
+        match self.state.processes.get(&process) {
+            Some(p) if p.termination.is_none() => Ok(p),
+            _ => Err(ControlError::Terminated { process }),
+        }
+    }
+
+    fn unknown(&self, process: ProcessId, effect: EffectId) -> Result<(), ControlError> {
+        let p = self.live(process)?;
+        let is_unknown = p
+            .batch
+            .iter()
+            .any(|slot| slot.id == effect && matches!(&slot.phase, Phase::Settled(s) if s.is_unknown()));
+        if is_unknown { Ok(()) } else { Err(ControlError::NotUnknown { process, effect }) }
+    }
+
+    fn admit(&mut self, process: ProcessId, request: SignalRequest) -> Result<SignalReceipt, SignalError> {
+        let Some(p) = self.state.processes.get(&process).filter(|p| p.termination.is_none()) else {
+            return Err(SignalError::Terminated { process });
+        };
+        let signal = Signal {
+            id: request.id.clone(),
+            wait: request.wait,
+            body: SignalBody::Input {
+                payload: request.payload.clone(),
+            },
+        };
+        if let Some(digest) = p.receipts.get(&request.id) {
+            return if *digest == signal_digest(&signal) {
+                Ok(SignalReceipt::Duplicate)
+            } else {
+                Err(SignalError::Conflict { id: request.id })
+            };
+        }
+        match request.wait {
+            Some(wait) => match p.waits.get(&wait) {
+                Some(open) => open.answer_schema.validate(&request.payload).map_err(|violation| {
+                    SignalError::Rejected(Failure::contract(
+                        "engine.signal.answer.invalid",
+                        format!("answer to {wait} rejected: {violation}"),
+                    ))
+                })?,
+                None if p.answered.contains(&wait) => return Err(SignalError::WaitClosed { wait }),
+                None => return Err(SignalError::UnknownWait { process, wait }),
+            },
+            None => {
+                let program = &self.programs[&process];
+                program.descriptor().check_signal(&request.payload).map_err(SignalError::Rejected)?;
+            }
+        }
+        if !p.budget.signals.allows(p.usage.signals, 1) {
+            return Err(SignalError::BudgetExhausted { process });
+        }
+        self.stage(RecordBody::SignalsAdmitted {
+            process,
+            signals: vec![signal],
+        });
+        Ok(SignalReceipt::Admitted)
+    }
+
+    fn end(&mut self, process: ProcessId, cause: Cause, reason: &str) {
+        let unresolved = self.state.processes[&process].unresolved();
+        let termination = Termination::ended(cause, ending_failure(cause, reason)).with_unresolved(unresolved);
+        self.stage(RecordBody::Terminated { process, termination });
+    }
+
+    fn fail(&mut self, process: ProcessId, failure: Failure) {
+        let unresolved = self.state.processes[&process].unresolved();
+        let termination = Termination::failed(failure).with_unresolved(unresolved);
+        self.stage(RecordBody::Terminated { process, termination });
+    }
+
+    fn check_deadline(&mut self) {
+        if let Some(deadline) = self.live_deadline()
+            && self.engine.clock.now() >= deadline
+        {
+            let live: Vec<ProcessId> = self
+                .state
+                .processes
+                .iter()
+                .filter(|(_, p)| p.termination.is_none())
+                .map(|(id, _)| *id)
+                .collect();
+            for process in live {
+                let cause = if process == self.state.root { Cause::HostDeadline } else { Cause::ParentDeadline };
+                self.end(process, cause, "deadline passed");
+            }
+        }
+    }
+
+    fn complete(&mut self, completion: Completion) {
+        let Some(flight) = self.in_flight.get(&completion.effect) else {
+            return;
+        };
+        if flight.attempt != completion.attempt {
+            return;
+        }
+        let process = flight.process;
+        self.in_flight.remove(&completion.effect);
+        if self.state.processes.get(&process).is_none_or(|p| p.termination.is_some()) {
+            return;
+        }
+        self.stage(RecordBody::EffectSettled {
+            process,
+            effect: completion.effect,
+            settlement: completion.settlement,
+        });
+    }
+
+    fn drive(&mut self) {
+        let mut steps_left = self.engine.max_steps_per_commit;
+        loop {
+            let live: Vec<ProcessId> = self
+                .state
+                .processes
+                .iter()
+                .filter(|(_, p)| p.termination.is_none())
+                .map(|(id, _)| *id)
+                .collect();
+            let mut progressed = false;
+            for process in live {
+                progressed |= self.advance(process, &mut steps_left);
+            }
+            if !progressed {
+                return;
+            }
+        }
+    }
+
+    fn advance(&mut self, id: ProcessId, steps_left: &mut usize) -> bool {
+        let process = &self.state.processes[&id];
+        if process.termination.is_some() {
+            return false;
+        }
+        if let Some(intent) = &process.cancel {
+            if self.in_flight.values().any(|flight| flight.process == id) {
+                return false;
+            }
+            let (cause, reason) = (intent.cause, intent.reason.clone());
+            self.end(id, cause, &reason);
+            return true;
+        }
+        if let Some(slot) = process.frontier() {
+            let (effect, phase) = (slot.id, slot.phase.clone());
+            let Effect::Dispatch { request, reserve } = slot.effect.clone() else {
+                return false;
+            };
+            match phase {
+                Phase::Planned => {
+                    for (meter, amount) in &reserve {
+                        let used = process.usage.meters.get(meter).copied().unwrap_or(0);
+                        if !process.budget.meter(meter).allows(used, *amount) {
+                            let failure = Failure::execution(
+                                "engine.limit.meter",
+                                format!("reserving {amount} {meter} exceeds the remaining budget ({used} used of {})", process.budget.meter(meter)),
+                            );
+                            self.stage(RecordBody::EffectSettled {
+                                process: id,
+                                effect,
+                                settlement: Settlement::failed(failure),
+                            });
+                            return true;
+                        }
+                    }
+                    self.stage(RecordBody::EffectPending { process: id, effect });
+                    self.launch_later(id, effect, request, reserve);
+                    true
+                }
+                Phase::Pending if !self.in_flight.contains_key(&effect) => {
+                    let policy = self.programs[&id]
+                        .dispatcher()
+                        .map(|dispatcher| {
+                            catch_unwind(AssertUnwindSafe(|| dispatcher.replay_policy(&request))).unwrap_or(ReplayPolicy::Never)
+                        })
+                        .unwrap_or(ReplayPolicy::Never);
+                    if self.replay_allowed.remove(&effect) || policy == ReplayPolicy::SameIdentity {
+                        self.launch_later(id, effect, request, reserve);
+                    } else {
+                        self.stage(RecordBody::EffectSettled {
+                            process: id,
+                            effect,
+                            settlement: Settlement::Unknown {
+                                diagnostic: "the dispatch was pending when its writer stopped; its outcome is unknown and its replay policy forbids sending it again".into(),
+                            },
+                        });
+                    }
+                    true
+                }
+                _ => false,
+            }
+        } else if process.runnable() && *steps_left > 0 {
+            *steps_left -= 1;
+            self.step(id);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn launch_later(&mut self, process: ProcessId, effect: EffectId, request: Payload, reserve: crate::budget::Meters) {
+        self.attempts += 1;
+        let (cancel_sender, cancel) = Cancellation::new();
+        self.in_flight.insert(
+            effect,
+            InFlight {
+                process,
+                attempt: self.attempts,
+                cancel: cancel_sender,
+            },
+        );
+        self.after.push(After::Dispatch(DispatchJob {
+            process,
+            effect,
+            request,
+            reserve,
+            attempt: self.attempts,
+            cancel,
+        }));
+    }
+
+    fn step(&mut self, id: ProcessId) {
+        let process = &self.state.processes[&id];
+        if !process.budget.steps.allows(process.usage.steps, 1) {
+            let failure = Failure::execution(
+                "engine.limit.steps",
+                format!("step budget of {} exhausted", process.budget.steps),
+            );
+            self.fail(id, failure);
+            return;
+        }
+        let program = self.programs[&id].clone();
+        let execution = match self.executions.remove(&id) {
+            Some(execution) => execution,
+            None => match restore(&program, &process.state) {
+                Ok(execution) => execution,
+                Err(failure) => {
+                    self.fail(
+                        id,
+                        Failure::contract("engine.committed_execution_state.invalid", format!("recorded state does not restore: {failure}")),
+                    );
+                    return;
+                }
+            },
+        };
+        let window: Vec<Signal> = process.mailbox.iter().cloned().collect();
+        let step = process.steps;
+        let span = tracing::debug_span!("step", process = %id, step);
+        let _entered = span.enter();
+        let mut execution = execution;
+        let stepped = catch("execution.step.panicked", || execution.step(&window));
+        let transition = match stepped.and_then(|transition| self.prepare(id, &program, &window, transition)) {
+            Ok(transition) => transition,
+            Err(failure) => {
+                self.fail(id, failure);
+                return;
+            }
+        };
+        let adopted = catch("execution.snapshot.panicked", || execution.snapshot())
+            .map_err(|failure| Failure::new(failure.kind, "execution.snapshot.failed", failure.message))
+            .and_then(|state| {
+                let restored = restore(&program, &state).map_err(|failure| {
+                    Failure::contract("execution.snapshot.unrestorable", format!("candidate state does not restore: {failure}"))
+                })?;
+                Ok((state, restored))
+            });
+        let (state, restored) = match adopted {
+            Ok(adopted) => adopted,
+            Err(failure) => {
+                self.fail(id, failure);
+                return;
+            }
+        };
+        let keep = matches!(transition, Transition::Continue { .. });
+        self.stage(RecordBody::StepAdopted {
+            process: id,
+            step,
+            state,
+            transition,
+        });
+        // A waiting process holds no execution in memory; it is restored
+        // from its recorded state when woken.
+        if keep {
+            self.executions.insert(id, restored);
+        }
+    }
+
+    /// Checks a transition before adoption: consumption, capabilities,
+    /// dispatchers, budgets, waits and the output schema.
+    fn prepare(&self, id: ProcessId, program: &Program, window: &[Signal], transition: Transition) -> Result<Transition, Failure> {
+        let process = &self.state.processes[&id];
+        let consumed = transition.consumed();
+        if consumed > window.len() {
+            return Err(Failure::contract(
+                "execution.transition.invalid",
+                format!("consumed {consumed} signals of a window of {}", window.len()),
+            ));
+        }
+        match &transition {
+            Transition::Continue { effects, .. } => {
+                for effect in effects {
+                    if let Effect::Dispatch { request, .. } = effect {
+                        let Some(dispatcher) = program.dispatcher() else {
+                            return Err(Failure::contract(
+                                "execution.effect.invalid",
+                                format!("{} declared a dispatch but has no dispatcher", program.descriptor().name()),
+                            ));
+                        };
+                        let required = catch_unwind(AssertUnwindSafe(|| dispatcher.required_capabilities(request)))
+                            .map_err(|panic| panic_failure("engine.dispatch.panicked", panic))?;
+                        let missing = required.missing_from(&process.capabilities);
+                        if !missing.is_empty() {
+                            let names: Vec<&str> = missing.iter().map(|n| n.as_str()).collect();
+                            return Err(Failure::contract(
+                                "engine.capability.denied",
+                                format!("dispatch requires capabilities the process lacks: {}", names.join(", ")),
+                            ));
+                        }
+                    }
+                }
+                let count = effects.len() as u64;
+                if !process.budget.effects.allows(process.usage.effects, count) {
+                    return Err(Failure::execution(
+                        "engine.limit.effects",
+                        format!("{count} more effects exceed the effect budget of {}", process.budget.effects),
+                    ));
+                }
+                if !process.budget.signals.allows(process.usage.signals, count) {
+                    return Err(Failure::execution(
+                        "engine.limit.signals",
+                        format!("{count} result signals exceed the signal budget of {}", process.budget.signals),
+                    ));
+                }
+            }
+            Transition::Wait { wait, .. } => {
+                let answered = window[consumed..].iter().any(|signal| signal.wait == Some(*wait));
+                if !process.waits.contains_key(wait) && !answered {
+                    return Err(Failure::contract(
+                        "execution.transition.invalid",
+                        format!("waits on {wait}, which is neither open nor answered in the unconsumed window"),
+                    ));
+                }
+            }
+            Transition::Complete { output, .. } => program.descriptor().check_output(output)?,
+            Transition::Fail { .. } => {}
+        }
+        Ok(transition)
+    }
+
+    async fn commit(&mut self) -> Result<(), RuntimeError> {
+        if let Some(error) = self.outcome.borrow().stopped.clone() {
+            return Err(error);
+        }
+        let bodies = std::mem::take(&mut self.staged);
+        let mut records = Vec::with_capacity(bodies.len());
+        let (mut seq, mut prev) = (self.head_seq, self.head);
+        for body in &bodies {
+            seq += 1;
+            let record = Record::seal(seq, prev, body);
+            prev = record.hash;
+            records.push(record);
+        }
+        let meta = TreeMeta {
+            tree: self.tree,
+            scope: self.state.start.scope.clone(),
+            status: self.state.tree_status(),
+            updated: self.engine.clock.now(),
+        };
+        let append = Append {
+            tree: self.tree,
+            token: self.token,
+            records,
+            meta,
+        };
+        let outcome = self.engine.store.append(vec![append]).await;
+        match outcome.map(|outcomes| outcomes.first().copied()) {
+            Ok(Some(AppendOutcome::Committed | AppendOutcome::Duplicate)) => {}
+            Ok(Some(AppendOutcome::Fenced)) | Ok(None) => {
+                return Err(RuntimeError::Fenced {
+                    tree: self.tree,
+                    head_seq: self.head_seq,
+                });
+            }
+            Ok(Some(AppendOutcome::Conflict { head })) => {
+                return Err(RuntimeError::Conflict {
+                    tree: self.tree,
+                    expected: self.head_seq,
+                    found: head,
+                });
+            }
+            Err(error) => {
+                return Err(RuntimeError::Storage {
+                    tree: self.tree,
+                    head_seq: self.head_seq,
+                    error,
+                });
+            }
+        }
+        let first = self.head_seq + 1;
+        self.head_seq = seq;
+        self.head = prev;
+        self.since_snapshot += bodies.len() as u64;
+        self.publish(first, &bodies);
+        self.flush_after();
+        if self.since_snapshot >= self.engine.snapshot_every {
+            self.snapshot().await?;
+        }
+        Ok(())
+    }
+
+    fn publish(&self, first: u64, bodies: &[RecordBody]) {
+        for (offset, body) in bodies.iter().enumerate() {
+            let seq = first + offset as u64;
+            let (process, kind) = EventKind::of(seq, body);
+            let _ = self.engine.events.send(Event {
+                tree: self.tree,
+                process,
+                path: Vec::new(),
+                kind,
+            });
+            if let RecordBody::StepAdopted {
+                transition: Transition::Complete { .. } | Transition::Fail { .. },
+                ..
+            } = body
+                && let Some(termination) = &self.state.processes[&process].termination
+            {
+                let _ = self.engine.events.send(Event {
+                    tree: self.tree,
+                    process,
+                    path: Vec::new(),
+                    kind: EventKind::Terminated {
+                        seq,
+                        status: termination.status(),
+                    },
+                });
+            }
+        }
+        if let Some(termination) = self.state.root_termination()
+            && self.outcome.borrow().root.is_none()
+        {
+            let termination = termination.clone();
+            self.outcome.send_modify(|o| o.root = Some(termination));
+        }
+    }
+
+    async fn snapshot(&mut self) -> Result<(), RuntimeError> {
+        let state = serde_json::to_vec(&self.state).expect("tree state always encodes");
+        let snapshot = crate::log::Snapshot {
+            seq: self.head_seq,
+            head: self.head,
+            state: state.into(),
+        };
+        match self.engine.store.write_snapshot(self.tree, self.token, snapshot).await {
+            Ok(AppendOutcome::Committed | AppendOutcome::Duplicate) => {
+                self.since_snapshot = 0;
+                Ok(())
+            }
+            Ok(AppendOutcome::Fenced) => Err(RuntimeError::Fenced {
+                tree: self.tree,
+                head_seq: self.head_seq,
+            }),
+            Ok(AppendOutcome::Conflict { head }) => Err(RuntimeError::Conflict {
+                tree: self.tree,
+                expected: self.head_seq,
+                found: head,
+            }),
+            Err(error) => Err(RuntimeError::Storage {
+                tree: self.tree,
+                head_seq: self.head_seq,
+                error,
+            }),
+        }
+    }
+
+    fn flush_after(&mut self) {
+        for action in std::mem::take(&mut self.after) {
+            match action {
+                After::Reply(reply) => reply(),
+                After::Dispatch(job) => self.launch(job),
+            }
+        }
+    }
+
+    fn launch(&self, job: DispatchJob) {
+        let Some(dispatcher) = self.programs.get(&job.process).and_then(|p| p.dispatcher()).cloned() else {
+            return;
+        };
+        let events = self.engine.events.clone();
+        let (tree, process, effect) = (self.tree, job.process, job.effect);
+        let call = DispatchCall {
+            effect,
+            process,
+            request: job.request,
+            reserve: job.reserve,
+            deltas: DeltaSink {
+                emit: Arc::new(move |delta| {
+                    let _ = events.send(Event {
+                        tree,
+                        process,
+                        path: Vec::new(),
+                        kind: EventKind::Delta { effect, delta },
+                    });
+                }),
+            },
+            cancel: job.cancel,
+            clock: self.engine.clock.clone(),
+        };
+        let completions = self.completion_sender.clone();
+        let attempt = job.attempt;
+        let future = catch_unwind(AssertUnwindSafe(|| dispatcher.dispatch(call)));
+        let span = tracing::debug_span!("effect", %process, %effect, attempt);
+        tokio::spawn(
+            async move {
+                let settlement = match future {
+                    Err(panic) => Settlement::Unknown {
+                        diagnostic: panic_failure("engine.dispatch.panicked", panic).to_string(),
+                    },
+                    Ok(future) => match tokio::spawn(future).await {
+                        Ok(settlement) => settlement,
+                        Err(error) if error.is_panic() => Settlement::Unknown {
+                            diagnostic: panic_failure("engine.dispatch.panicked", error.into_panic()).to_string(),
+                        },
+                        Err(_) => Settlement::Unknown {
+                            diagnostic: "engine.dispatch.canceled: the dispatch task was aborted".into(),
+                        },
+                    },
+                };
+                let _ = completions.send(Completion {
+                    effect,
+                    attempt,
+                    settlement,
+                });
+            }
+            .instrument(span),
+        );
+    }
+
+    fn stop(&mut self, error: RuntimeError) {
+        tracing::warn!(tree = %self.tree, %error, "tree writer stopped");
+        let _ = self.engine.events.send(Event {
+            tree: self.tree,
+            process: self.tree,
+            path: Vec::new(),
+            kind: EventKind::Stopped { reason: error.to_string() },
+        });
+        self.outcome.send_modify(|o| {
+            if o.stopped.is_none() {
+                o.stopped = Some(error);
+            }
+        });
+        for flight in self.in_flight.values() {
+            let _ = flight.cancel.send(true);
+        }
+        // Pending replies are dropped: their callers read the stop reason.
+        self.after.clear();
+    }
+
+    async fn finish(&mut self) {
+        let _ = self.engine.store.release(self.tree, self.token).await;
+        self.outcome.send_modify(|o| o.finished = true);
+        let _ = &self.shared;
+    }
+
+    async fn close(&mut self, reply: oneshot::Sender<()>) {
+        let _ = self.engine.store.release(self.tree, self.token).await;
+        self.stop(RuntimeError::Closed { tree: self.tree });
+        let _ = reply.send(());
+    }
+}

@@ -1,0 +1,498 @@
+//! The fold: committed tree state rebuilt from records.
+//!
+//! The engine and recovery share one function, [`TreeState::apply`]: the
+//! engine computes a record, applies it, commits it, and only then acts on
+//! it; recovery applies the stored records to the latest snapshot. Steps
+//! are never re-executed to rebuild state.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::budget::{Budget, Capabilities, Meters, Usage};
+use crate::clock::Timestamp;
+use crate::descriptor::Schema;
+use crate::digest::Digest;
+use crate::failure::{Cause, Failure, Status, Termination};
+use crate::ids::{ChildKey, EffectId, ProcessId, SignalId, StartId, WaitId};
+use crate::log::RecordBody;
+use crate::payload::Payload;
+use crate::program::{Effect, ExecutionState, ProgramRef, Settlement, Signal, SignalBody, Transition};
+use crate::store::TreeStatus;
+
+/// The committed state of a whole tree.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TreeState {
+    pub start: StartId,
+    pub root: ProcessId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Timestamp>,
+    pub processes: BTreeMap<ProcessId, ProcessState>,
+}
+
+/// The committed state of one process.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProcessState {
+    pub program: ProgramRef,
+    pub input: Digest,
+    pub budget: Budget,
+    pub capabilities: Capabilities,
+    pub usage: Usage,
+    pub status: Status,
+    pub steps: u64,
+    pub state: ExecutionState,
+    /// Unconsumed signals, oldest first.
+    pub mailbox: VecDeque<Signal>,
+    /// Signals consumed so far.
+    pub consumed: u64,
+    /// Host signal ids admitted, with the digest of their content.
+    pub receipts: BTreeMap<SignalId, Digest>,
+    /// The current transition's effects, in declaration order.
+    pub batch: Vec<Slot>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<WaitId>,
+    /// External waits open for an answer.
+    pub waits: BTreeMap<WaitId, OpenWait>,
+    /// External waits already answered.
+    pub answered: BTreeSet<WaitId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel: Option<CancelIntent>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination: Option<Termination>,
+}
+
+/// One effect of the current batch.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Slot {
+    pub id: EffectId,
+    pub effect: Effect,
+    pub phase: Phase,
+}
+
+/// Where an effect stands.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub(crate) enum Phase {
+    Planned,
+    Pending,
+    Settled(Settlement),
+}
+
+/// An external wait open for an answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OpenWait {
+    pub effect: EffectId,
+    pub key: ChildKey,
+    pub request: Payload,
+    pub answer_schema: Schema,
+}
+
+/// A recorded cancellation request.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CancelIntent {
+    pub cause: Cause,
+    pub reason: String,
+}
+
+/// A record that does not follow from the state it is applied to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("record does not apply: {0}")]
+pub(crate) struct ApplyError(pub String);
+
+fn inconsistent<T>(message: impl Into<String>) -> Result<T, ApplyError> {
+    Err(ApplyError(message.into()))
+}
+
+impl ProcessState {
+    /// The first effect not definitely settled (an unknown occupies it).
+    pub fn frontier(&self) -> Option<&Slot> {
+        self.batch
+            .iter()
+            .find(|slot| !matches!(&slot.phase, Phase::Settled(s) if !s.is_unknown()))
+    }
+
+    /// Effects whose outcome is not known: pending or settled unknown.
+    pub fn unresolved(&self) -> Vec<EffectId> {
+        self.batch
+            .iter()
+            .filter(|slot| match &slot.phase {
+                Phase::Pending => true,
+                Phase::Settled(settlement) => settlement.is_unknown(),
+                Phase::Planned => false,
+            })
+            .map(|slot| slot.id)
+            .collect()
+    }
+
+    /// Whether the process should be stepped now.
+    pub fn runnable(&self) -> bool {
+        self.status == Status::Running && self.termination.is_none() && self.batch.is_empty()
+    }
+
+    fn slot_mut(&mut self, effect: EffectId) -> Result<&mut Slot, ApplyError> {
+        match self.batch.iter_mut().find(|slot| slot.id == effect) {
+            Some(slot) => Ok(slot),
+            None => inconsistent(format!("effect {effect} is not in the current batch")),
+        }
+    }
+
+    /// Settles local effects at the frontier and, once every effect is
+    /// settled, delivers their results as signals in declaration order.
+    fn advance(&mut self) {
+        for slot in &mut self.batch {
+            match (&slot.phase, &slot.effect) {
+                (Phase::Settled(_), _) => continue,
+                (Phase::Planned, Effect::Wait { .. }) => {
+                    slot.phase = Phase::Settled(Settlement::ok(Payload::null()));
+                }
+                _ => return,
+            }
+        }
+        if self.batch.iter().any(|slot| matches!(&slot.phase, Phase::Settled(s) if s.is_unknown())) {
+            return;
+        }
+        for slot in std::mem::take(&mut self.batch) {
+            let Phase::Settled(settlement) = slot.phase else {
+                unreachable!("every slot was checked settled above")
+            };
+            let body = match slot.effect {
+                Effect::Wait {
+                    key,
+                    request,
+                    answer_schema,
+                } => {
+                    let wait = WaitId::for_effect(slot.id);
+                    self.waits.insert(
+                        wait,
+                        OpenWait {
+                            effect: slot.id,
+                            key: key.clone(),
+                            request: request.clone(),
+                            answer_schema,
+                        },
+                    );
+                    SignalBody::WaitOpened {
+                        effect: slot.id,
+                        wait,
+                        key,
+                        request,
+                    }
+                }
+                Effect::Dispatch { .. } => SignalBody::Settled {
+                    effect: slot.id,
+                    settlement,
+                },
+            };
+            self.mailbox.push_back(Signal {
+                id: SignalId::for_effect(slot.id),
+                wait: None,
+                body,
+            });
+        }
+        self.status = Status::Running;
+    }
+
+    fn terminate(&mut self, termination: Termination) {
+        self.status = termination.status();
+        self.termination = Some(termination);
+        self.waiting = None;
+        self.waits.clear();
+        self.mailbox.clear();
+    }
+
+    /// The reservation of a dispatch slot.
+    fn reserve_of(slot: &Slot) -> Meters {
+        match &slot.effect {
+            Effect::Dispatch { reserve, .. } => reserve.clone(),
+            Effect::Wait { .. } => Meters::new(),
+        }
+    }
+
+    fn charge_meters(&mut self, meters: &Meters) {
+        for (name, amount) in meters {
+            let used = self.usage.meters.entry(name.clone()).or_insert(0);
+            *used = used.saturating_add(*amount);
+        }
+    }
+
+    fn refund_meters(&mut self, meters: &Meters) {
+        for (name, amount) in meters {
+            if let Some(used) = self.usage.meters.get_mut(name) {
+                *used = used.saturating_sub(*amount);
+            }
+        }
+    }
+
+    /// Replaces a pending reservation by the actual usage, capped at the reservation.
+    fn settle_meters(&mut self, reserve: &Meters, settlement: &Settlement) {
+        self.refund_meters(reserve);
+        let actual: Meters = settlement
+            .usage()
+            .map(|usage| {
+                reserve
+                    .iter()
+                    .map(|(name, reserved)| (name.clone(), usage.get(name).copied().unwrap_or(0).min(*reserved)))
+                    .collect()
+            })
+            .unwrap_or_else(|| reserve.clone());
+        self.charge_meters(&actual);
+    }
+}
+
+impl TreeState {
+    /// The state a `TreeStarted` record creates.
+    pub fn started(body: &RecordBody) -> Result<TreeState, ApplyError> {
+        let RecordBody::TreeStarted {
+            start,
+            root,
+            program,
+            input,
+            budget,
+            capabilities,
+            deadline,
+            state,
+        } = body
+        else {
+            return inconsistent("a log must begin with tree_started");
+        };
+        let process = ProcessState {
+            program: program.clone(),
+            input: input.digest(),
+            budget: budget.clone(),
+            capabilities: capabilities.clone(),
+            usage: Usage::default(),
+            status: Status::Running,
+            steps: 0,
+            state: state.clone(),
+            mailbox: VecDeque::new(),
+            consumed: 0,
+            receipts: BTreeMap::new(),
+            batch: Vec::new(),
+            waiting: None,
+            waits: BTreeMap::new(),
+            answered: BTreeSet::new(),
+            cancel: None,
+            termination: None,
+        };
+        Ok(TreeState {
+            start: start.clone(),
+            root: *root,
+            deadline: *deadline,
+            processes: BTreeMap::from([(*root, process)]),
+        })
+    }
+
+    fn process_mut(&mut self, id: ProcessId) -> Result<&mut ProcessState, ApplyError> {
+        match self.processes.get_mut(&id) {
+            Some(process) if process.termination.is_none() => Ok(process),
+            Some(_) => inconsistent(format!("process {id} already terminated")),
+            None => inconsistent(format!("unknown process {id}")),
+        }
+    }
+
+    /// The root's termination, once it has one.
+    pub fn root_termination(&self) -> Option<&Termination> {
+        self.processes.get(&self.root).and_then(|p| p.termination.as_ref())
+    }
+
+    /// The status a store lists this tree under.
+    pub fn tree_status(&self) -> TreeStatus {
+        if self.root_termination().is_some() {
+            return TreeStatus::Done;
+        }
+        let live = self.processes.values().filter(|p| p.termination.is_none());
+        let mut status = TreeStatus::Waiting;
+        for process in live {
+            match process.status {
+                Status::Parked => return TreeStatus::NeedsAttention,
+                Status::Running => status = TreeStatus::Running,
+                _ => {}
+            }
+        }
+        status
+    }
+
+    /// Applies one record.
+    pub fn apply(&mut self, body: &RecordBody) -> Result<(), ApplyError> {
+        match body {
+            RecordBody::TreeStarted { .. } => inconsistent("tree_started may only begin a log"),
+            RecordBody::StepAdopted {
+                process,
+                step,
+                state,
+                transition,
+            } => {
+                let id = *process;
+                let process = self.process_mut(id)?;
+                if *step != process.steps {
+                    return inconsistent(format!("step {step} out of order (expected {})", process.steps));
+                }
+                if !process.batch.is_empty() {
+                    return inconsistent("step adopted while effects are outstanding");
+                }
+                let consumed = transition.consumed();
+                if consumed > process.mailbox.len() {
+                    return inconsistent("step consumed more signals than delivered");
+                }
+                process.mailbox.drain(..consumed);
+                process.consumed += consumed as u64;
+                process.steps += 1;
+                process.usage.steps += 1;
+                process.state = state.clone();
+                process.waiting = None;
+                match transition {
+                    Transition::Continue { effects, .. } => {
+                        let count = effects.len() as u64;
+                        process.usage.effects += count;
+                        process.usage.signals += count;
+                        process.batch = effects
+                            .iter()
+                            .enumerate()
+                            .map(|(index, effect)| Slot {
+                                id: EffectId::new(id, *step, index as u32),
+                                effect: effect.clone(),
+                                phase: Phase::Planned,
+                            })
+                            .collect();
+                        process.status = Status::Running;
+                        process.advance();
+                    }
+                    Transition::Wait { wait, .. } => {
+                        process.waiting = Some(*wait);
+                        let answered = process.mailbox.iter().any(|signal| signal.wait == Some(*wait));
+                        process.status = if answered { Status::Running } else { Status::Waiting };
+                    }
+                    Transition::Complete { output, .. } => process.terminate(Termination::completed(output.clone())),
+                    Transition::Fail { failure, .. } => process.terminate(Termination::failed(failure.clone())),
+                }
+                Ok(())
+            }
+            RecordBody::EffectPending { process, effect } => {
+                let process = self.process_mut(*process)?;
+                let slot = process.slot_mut(*effect)?;
+                if slot.phase != Phase::Planned || !matches!(slot.effect, Effect::Dispatch { .. }) {
+                    return inconsistent(format!("effect {effect} cannot become pending"));
+                }
+                slot.phase = Phase::Pending;
+                let reserve = ProcessState::reserve_of(slot);
+                process.charge_meters(&reserve);
+                Ok(())
+            }
+            RecordBody::EffectSettled {
+                process,
+                effect,
+                settlement,
+            } => {
+                let process = self.process_mut(*process)?;
+                let slot = process.slot_mut(*effect)?;
+                let was_pending = match slot.phase {
+                    Phase::Pending => true,
+                    // A refusal before any I/O settles a planned effect.
+                    Phase::Planned if !settlement.is_unknown() => false,
+                    _ => return inconsistent(format!("effect {effect} cannot settle now")),
+                };
+                slot.phase = Phase::Settled(settlement.clone());
+                let reserve = ProcessState::reserve_of(slot);
+                if was_pending && !settlement.is_unknown() {
+                    process.settle_meters(&reserve, settlement);
+                }
+                if settlement.is_unknown() {
+                    process.status = Status::Parked;
+                } else {
+                    process.advance();
+                }
+                Ok(())
+            }
+            RecordBody::EffectResolved {
+                process,
+                effect,
+                settlement,
+            } => {
+                let process = self.process_mut(*process)?;
+                let slot = process.slot_mut(*effect)?;
+                if !matches!(&slot.phase, Phase::Settled(s) if s.is_unknown()) || settlement.is_unknown() {
+                    return inconsistent(format!("effect {effect} is not unknown or the resolution is"));
+                }
+                slot.phase = Phase::Settled(settlement.clone());
+                let reserve = ProcessState::reserve_of(slot);
+                process.settle_meters(&reserve, settlement);
+                process.status = Status::Running;
+                process.advance();
+                Ok(())
+            }
+            RecordBody::EffectReplayed { process, effect } => {
+                let process = self.process_mut(*process)?;
+                let slot = process.slot_mut(*effect)?;
+                if !matches!(&slot.phase, Phase::Settled(s) if s.is_unknown()) {
+                    return inconsistent(format!("effect {effect} is not unknown"));
+                }
+                slot.phase = Phase::Pending;
+                process.status = Status::Running;
+                Ok(())
+            }
+            RecordBody::SignalsAdmitted { process, signals } => {
+                let process = self.process_mut(*process)?;
+                for signal in signals {
+                    if let Some(wait) = signal.wait {
+                        if process.waits.remove(&wait).is_none() {
+                            return inconsistent(format!("signal answers wait {wait}, which is not open"));
+                        }
+                        process.answered.insert(wait);
+                        if process.waiting == Some(wait) && process.status == Status::Waiting {
+                            process.status = Status::Running;
+                        }
+                    }
+                    if !signal.id.is_engine() {
+                        process.receipts.insert(signal.id.clone(), signal_digest(signal));
+                    }
+                    process.usage.signals += 1;
+                    process.mailbox.push_back(signal.clone());
+                }
+                Ok(())
+            }
+            RecordBody::CancelRequested { process, cause, reason } => {
+                let process = self.process_mut(*process)?;
+                if process.cancel.is_none() {
+                    process.cancel = Some(CancelIntent {
+                        cause: *cause,
+                        reason: reason.clone(),
+                    });
+                }
+                Ok(())
+            }
+            RecordBody::Terminated { process, termination } => {
+                let process = self.process_mut(*process)?;
+                process.terminate(termination.clone());
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Digest identifying a host signal's content (wait and payload), for
+/// idempotent admission.
+pub(crate) fn signal_digest(signal: &Signal) -> Digest {
+    let payload = match &signal.body {
+        SignalBody::Input { payload } => payload.digest(),
+        _ => Digest::ZERO,
+    };
+    let wait = signal.wait.map(|w| *w.as_bytes()).unwrap_or([0; 16]);
+    Digest::of_parts(crate::digest::Purpose::Identity, &[b"signal", &wait, payload.as_bytes()])
+}
+
+/// A failure for a cancellation or deadline that ended a process.
+pub(crate) fn ending_failure(cause: Cause, reason: &str) -> Failure {
+    match cause {
+        Cause::HostCancellation | Cause::ParentCancellation => {
+            Failure::execution("engine.canceled", format!("canceled by {cause}: {reason}"))
+        }
+        Cause::HostDeadline | Cause::ParentDeadline => Failure::execution("engine.deadline", format!("{cause} passed")),
+        Cause::Kill => Failure::execution("engine.killed", format!("killed: {reason}")),
+        Cause::Failure | Cause::Completion => Failure::execution("engine.terminated", reason.to_owned()),
+    }
+}

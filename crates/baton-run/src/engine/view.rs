@@ -1,0 +1,318 @@
+//! Projections of committed state: inspection views, captures and events.
+
+use serde::{Deserialize, Serialize};
+
+use crate::budget::{Budget, Usage};
+use crate::digest::Digest;
+use crate::failure::{Status, Termination};
+use crate::ids::{ChildKey, EffectId, Name, ProcessId, Scope, TreeId, WaitId};
+use crate::log::RecordBody;
+use crate::payload::Payload;
+use crate::program::{Effect, Settlement, Transition};
+use crate::store::TreeStatus;
+
+use super::state::{Phase, ProcessState, TreeState};
+
+/// A tree as seen by an operator: statuses, budgets, effects and waits,
+/// without private payloads unless asked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeView {
+    /// The tree (its root process).
+    pub tree: TreeId,
+    /// Its scope.
+    pub scope: Scope,
+    /// Its listing status.
+    pub status: TreeStatus,
+    /// The committed head sequence.
+    pub head_seq: u64,
+    /// The committed head hash.
+    pub head: Digest,
+    /// Every process, root first.
+    pub processes: Vec<ProcessView>,
+}
+
+/// One process in a [`TreeView`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessView {
+    /// The process.
+    pub id: ProcessId,
+    /// Its key under its parent (none for the root).
+    pub key: Option<ChildKey>,
+    /// Its program's descriptor name.
+    pub program: Name,
+    /// Its status (`Parked` shows as needs_attention).
+    pub status: Status,
+    /// Its budget.
+    pub budget: Budget,
+    /// What it used.
+    pub usage: Usage,
+    /// Effects of the current transition that are not settled.
+    pub effects: Vec<EffectView>,
+    /// Effects whose outcome is unknown (the host must resolve them).
+    pub unknown_effects: Vec<EffectId>,
+    /// External waits open for an answer.
+    pub open_waits: Vec<WaitView>,
+    /// The wait it sleeps on, if waiting.
+    pub waiting_on: Option<WaitId>,
+    /// Unconsumed mailbox entries.
+    pub mailbox: usize,
+    /// How it ended, once terminal.
+    pub termination: Option<Termination>,
+}
+
+/// An effect in a [`ProcessView`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EffectView {
+    /// The effect.
+    pub id: EffectId,
+    /// `dispatch` or `wait`.
+    pub kind: String,
+    /// `planned`, `pending`, `unknown` or `settled`.
+    pub phase: String,
+    /// The request, only when private payloads were asked for.
+    pub request: Option<Payload>,
+}
+
+/// An open wait in a [`ProcessView`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitView {
+    /// Answer by addressing a signal to this id.
+    pub id: WaitId,
+    /// The wait's key.
+    pub key: ChildKey,
+    /// The request, only when private payloads were asked for.
+    pub request: Option<Payload>,
+    /// The schema answers must satisfy.
+    pub answer_schema: Payload,
+}
+
+impl TreeView {
+    pub(crate) fn of(state: &TreeState, head_seq: u64, head: Digest, private: bool) -> TreeView {
+        let mut processes: Vec<ProcessView> = state
+            .processes
+            .iter()
+            .map(|(id, process)| ProcessView::of(*id, process, private))
+            .collect();
+        processes.sort_by_key(|view| view.id != state.root);
+        TreeView {
+            tree: state.root,
+            scope: state.start.scope.clone(),
+            status: state.tree_status(),
+            head_seq,
+            head,
+            processes,
+        }
+    }
+
+    /// The root's view.
+    pub fn root(&self) -> &ProcessView {
+        &self.processes[0]
+    }
+}
+
+impl ProcessView {
+    fn of(id: ProcessId, process: &ProcessState, private: bool) -> ProcessView {
+        let effects = process
+            .batch
+            .iter()
+            .filter(|slot| !matches!(&slot.phase, Phase::Settled(s) if !s.is_unknown()))
+            .map(|slot| EffectView {
+                id: slot.id,
+                kind: slot.effect.kind().to_owned(),
+                phase: match &slot.phase {
+                    Phase::Planned => "planned",
+                    Phase::Pending => "pending",
+                    Phase::Settled(Settlement::Unknown { .. }) => "unknown",
+                    Phase::Settled(_) => "settled",
+                }
+                .to_owned(),
+                request: match (&slot.effect, private) {
+                    (Effect::Dispatch { request, .. } | Effect::Wait { request, .. }, true) => Some(request.clone()),
+                    _ => None,
+                },
+            })
+            .collect();
+        let unknown_effects = process
+            .batch
+            .iter()
+            .filter(|slot| matches!(&slot.phase, Phase::Settled(s) if s.is_unknown()))
+            .map(|slot| slot.id)
+            .collect();
+        ProcessView {
+            id,
+            key: None,
+            program: process.program.name.clone(),
+            status: process.status,
+            budget: process.budget.clone(),
+            usage: process.usage.clone(),
+            effects,
+            unknown_effects,
+            open_waits: process
+                .waits
+                .iter()
+                .map(|(wait, open)| WaitView {
+                    id: *wait,
+                    key: open.key.clone(),
+                    request: private.then(|| open.request.clone()),
+                    answer_schema: open.answer_schema.json().clone(),
+                })
+                .collect(),
+            waiting_on: process.waiting,
+            mailbox: process.mailbox.len(),
+            termination: process.termination.clone(),
+        }
+    }
+}
+
+/// The full committed state of a tree, for export and tests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TreeCapture {
+    /// The committed head sequence.
+    pub head_seq: u64,
+    /// The committed head hash.
+    pub head: Digest,
+    /// The whole tree state as canonical JSON.
+    pub state: Payload,
+}
+
+/// Something that happened in a tree: a committed fact, or non-durable
+/// progress (deltas never enter the log).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// The tree.
+    pub tree: TreeId,
+    /// The process it concerns.
+    pub process: ProcessId,
+    /// The process's path of child keys from the root (empty for the root).
+    pub path: Vec<ChildKey>,
+    /// What happened.
+    pub kind: EventKind,
+}
+
+/// What an [`Event`] reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EventKind {
+    /// A root process started (committed at `seq`).
+    ProcessStarted {
+        /// Log sequence.
+        seq: u64,
+    },
+    /// A step was adopted.
+    StepAdopted {
+        /// Log sequence.
+        seq: u64,
+        /// The step's number.
+        step: u64,
+        /// `continue`, `wait`, `complete` or `fail`.
+        transition: &'static str,
+    },
+    /// A dispatch became pending (durably, before I/O).
+    EffectPending {
+        /// Log sequence.
+        seq: u64,
+        /// The effect.
+        effect: EffectId,
+    },
+    /// An effect settled.
+    EffectSettled {
+        /// Log sequence.
+        seq: u64,
+        /// The effect.
+        effect: EffectId,
+        /// Whether the outcome is unknown.
+        unknown: bool,
+    },
+    /// The host resolved or replayed an unknown effect.
+    EffectResolved {
+        /// Log sequence.
+        seq: u64,
+        /// The effect.
+        effect: EffectId,
+    },
+    /// Signals were admitted.
+    SignalsAdmitted {
+        /// Log sequence.
+        seq: u64,
+        /// How many.
+        count: usize,
+    },
+    /// Cancellation was requested.
+    CancelRequested {
+        /// Log sequence.
+        seq: u64,
+    },
+    /// The process terminated.
+    Terminated {
+        /// Log sequence.
+        seq: u64,
+        /// Its terminal status.
+        status: Status,
+    },
+    /// Non-durable progress from a dispatch (e.g. model tokens).
+    Delta {
+        /// The effect.
+        effect: EffectId,
+        /// The delta.
+        delta: Payload,
+    },
+    /// The tree's writer stopped without a result (storage failure or fencing).
+    Stopped {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl EventKind {
+    pub(crate) fn of(seq: u64, body: &RecordBody) -> (ProcessId, EventKind) {
+        match body {
+            RecordBody::TreeStarted { root, .. } => (*root, EventKind::ProcessStarted { seq }),
+            RecordBody::StepAdopted {
+                process, step, transition, ..
+            } => (
+                *process,
+                EventKind::StepAdopted {
+                    seq,
+                    step: *step,
+                    transition: match transition {
+                        Transition::Continue { .. } => "continue",
+                        Transition::Wait { .. } => "wait",
+                        Transition::Complete { .. } => "complete",
+                        Transition::Fail { .. } => "fail",
+                    },
+                },
+            ),
+            RecordBody::EffectPending { process, effect } => (*process, EventKind::EffectPending { seq, effect: *effect }),
+            RecordBody::EffectSettled {
+                process,
+                effect,
+                settlement,
+            } => (
+                *process,
+                EventKind::EffectSettled {
+                    seq,
+                    effect: *effect,
+                    unknown: settlement.is_unknown(),
+                },
+            ),
+            RecordBody::EffectResolved { process, effect, .. } | RecordBody::EffectReplayed { process, effect } => {
+                (*process, EventKind::EffectResolved { seq, effect: *effect })
+            }
+            RecordBody::SignalsAdmitted { process, signals } => (
+                *process,
+                EventKind::SignalsAdmitted {
+                    seq,
+                    count: signals.len(),
+                },
+            ),
+            RecordBody::CancelRequested { process, .. } => (*process, EventKind::CancelRequested { seq }),
+            RecordBody::Terminated { process, termination } => (
+                *process,
+                EventKind::Terminated {
+                    seq,
+                    status: termination.status(),
+                },
+            ),
+        }
+    }
+}

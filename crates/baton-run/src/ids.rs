@@ -1,0 +1,476 @@
+//! Identifiers: validated names and keys, and hash-derived process, effect
+//! and wait ids.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::digest::{Digest, Purpose, hex, unhex};
+
+/// A rejected identifier or name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {what} {text:?}: {rule}")]
+pub struct IdError {
+    /// Which kind of identifier was rejected.
+    pub what: &'static str,
+    /// The rejected text (truncated to 80 characters).
+    pub text: String,
+    /// The rule it broke.
+    pub rule: &'static str,
+}
+
+impl IdError {
+    fn new(what: &'static str, text: &str, rule: &'static str) -> IdError {
+        IdError {
+            what,
+            text: text.chars().take(80).collect(),
+            rule,
+        }
+    }
+}
+
+const IDENTITY_RULE: &str = "expected 1 to 128 characters from A-Z a-z 0-9 - _ . :";
+
+fn check_identity(what: &'static str, text: &str) -> Result<(), IdError> {
+    let ok = !text.is_empty()
+        && text.len() <= 128
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'));
+    if ok {
+        Ok(())
+    } else {
+        Err(IdError::new(what, text, IDENTITY_RULE))
+    }
+}
+
+const NAME_RULE: &str =
+    "expected lowercase dotted segments, each starting with a letter, from a-z 0-9 _, at most 128 bytes";
+
+fn check_name(what: &'static str, text: &str) -> Result<(), IdError> {
+    let ok = !text.is_empty()
+        && text.len() <= 128
+        && text.split('.').all(|segment| {
+            segment.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
+                && segment
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(IdError::new(what, text, NAME_RULE))
+    }
+}
+
+macro_rules! text_id {
+    ($(#[$meta:meta])* $name:ident, $what:literal, $check:ident) => {
+        $(#[$meta])*
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(Box<str>);
+
+        impl $name {
+            /// Validates and wraps the text.
+            pub fn new(text: impl AsRef<str>) -> Result<Self, IdError> {
+                let text = text.as_ref();
+                $check($what, text)?;
+                Ok(Self(text.into()))
+            }
+
+            /// The text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({:?})", stringify!($name), &*self.0)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = IdError;
+            fn from_str(text: &str) -> Result<Self, IdError> {
+                Self::new(text)
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let text = std::borrow::Cow::<str>::deserialize(deserializer)?;
+                Self::new(&*text).map_err(serde::de::Error::custom)
+            }
+        }
+
+        impl schemars::JsonSchema for $name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+
+            fn inline_schema() -> bool {
+                true
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({ "type": "string", "minLength": 1, "maxLength": 128 })
+            }
+        }
+    };
+}
+
+text_id!(
+    /// A parent-scoped key naming one child of a process.
+    ChildKey, "child key", check_identity
+);
+text_id!(
+    /// The caller-chosen key of a root start, unique within its scope.
+    StartKey, "start key", check_identity
+);
+text_id!(
+    /// A lowercase dotted name: descriptors, meters, capabilities, failure codes.
+    Name, "name", check_name
+);
+
+/// Identity of a signal. Host-supplied ids are caller-stable text; ids the
+/// engine mints for its own signals start with the reserved prefix `engine:`.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SignalId(Box<str>);
+
+impl SignalId {
+    /// Prefix reserved for engine-minted signal ids.
+    pub const ENGINE_PREFIX: &'static str = "engine:";
+
+    /// Validates a host-supplied signal id; the `engine:` prefix is refused.
+    pub fn new(text: impl AsRef<str>) -> Result<SignalId, IdError> {
+        let text = text.as_ref();
+        check_identity("signal id", text)?;
+        if text.starts_with(Self::ENGINE_PREFIX) {
+            return Err(IdError::new(
+                "signal id",
+                text,
+                "the prefix engine: is reserved for engine-minted signals",
+            ));
+        }
+        Ok(SignalId(text.into()))
+    }
+
+    /// The engine's id for the signal that carries an effect's result.
+    pub fn for_effect(effect: EffectId) -> SignalId {
+        SignalId(format!("{}{}", Self::ENGINE_PREFIX, effect).into())
+    }
+
+    /// Whether the engine minted this id.
+    pub fn is_engine(&self) -> bool {
+        self.0.starts_with(Self::ENGINE_PREFIX)
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    fn parse_any(text: &str) -> Result<SignalId, IdError> {
+        check_identity("signal id", text)?;
+        Ok(SignalId(text.into()))
+    }
+}
+
+impl fmt::Display for SignalId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for SignalId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SignalId({:?})", &*self.0)
+    }
+}
+
+impl FromStr for SignalId {
+    type Err = IdError;
+    fn from_str(text: &str) -> Result<Self, IdError> {
+        Self::new(text)
+    }
+}
+
+impl Serialize for SignalId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for SignalId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = std::borrow::Cow::<str>::deserialize(deserializer)?;
+        SignalId::parse_any(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl schemars::JsonSchema for SignalId {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SignalId".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string", "minLength": 1, "maxLength": 128 })
+    }
+}
+
+/// The tenant scope of a root (tenant, optionally `tenant/user` or
+/// `tenant/user/session`). Every engine call that touches a process checks
+/// the caller's scope.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Scope(Box<str>);
+
+impl Scope {
+    /// Validates a scope: one to three `/`-separated segments, each an
+    /// identity of `A-Z a-z 0-9 - _ . :`.
+    pub fn new(text: impl AsRef<str>) -> Result<Scope, IdError> {
+        let text = text.as_ref();
+        let segments: Vec<&str> = text.split('/').collect();
+        let ok = text.len() <= 256
+            && segments.len() <= 3
+            && segments.iter().all(|s| check_identity("scope", s).is_ok());
+        if ok {
+            Ok(Scope(text.into()))
+        } else {
+            Err(IdError::new(
+                "scope",
+                text,
+                "expected tenant[/user[/session]], each segment 1 to 128 characters from A-Z a-z 0-9 - _ . :",
+            ))
+        }
+    }
+
+    /// The tenant (first segment).
+    pub fn tenant(&self) -> &str {
+        self.0.split('/').next().unwrap_or(&self.0)
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Scope({:?})", &*self.0)
+    }
+}
+
+impl FromStr for Scope {
+    type Err = IdError;
+    fn from_str(text: &str) -> Result<Self, IdError> {
+        Self::new(text)
+    }
+}
+
+impl Serialize for Scope {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Scope {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = std::borrow::Cow::<str>::deserialize(deserializer)?;
+        Scope::new(&*text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Names a root process: the caller's scope and a key unique within it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartId {
+    /// The tenant scope.
+    pub scope: Scope,
+    /// The caller's key.
+    pub key: StartKey,
+}
+
+impl StartId {
+    /// Builds a start id from text, validating both parts.
+    pub fn new(scope: impl AsRef<str>, key: impl AsRef<str>) -> Result<StartId, IdError> {
+        Ok(StartId {
+            scope: Scope::new(scope)?,
+            key: StartKey::new(key)?,
+        })
+    }
+}
+
+macro_rules! derived_id {
+    ($(#[$meta:meta])* $name:ident, $prefix:literal, $what:literal) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name([u8; 16]);
+
+        impl $name {
+            fn derive(parts: &[&[u8]]) -> $name {
+                let digest = Digest::of_parts(Purpose::Identity, parts);
+                let mut bytes = [0u8; 16];
+                bytes.copy_from_slice(&digest.as_bytes()[..16]);
+                $name(bytes)
+            }
+
+            /// The raw 16 bytes.
+            pub const fn as_bytes(&self) -> &[u8; 16] {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}{}", $prefix, hex(&self.0))
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Display::fmt(self, f)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = IdError;
+            fn from_str(text: &str) -> Result<Self, IdError> {
+                text.strip_prefix($prefix)
+                    .and_then(unhex::<16>)
+                    .map($name)
+                    .ok_or_else(|| {
+                        IdError::new($what, text, concat!("expected ", $prefix, " followed by 32 lower-case hex digits"))
+                    })
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_str(self)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let text = std::borrow::Cow::<str>::deserialize(deserializer)?;
+                text.parse().map_err(serde::de::Error::custom)
+            }
+        }
+
+        impl schemars::JsonSchema for $name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+
+            fn inline_schema() -> bool {
+                true
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({ "type": "string", "pattern": concat!("^", $prefix, "[0-9a-f]{32}$") })
+            }
+        }
+    };
+}
+
+derived_id!(
+    /// A process: `H(scope, key)` for a root, `H(parent, child key)` for a child.
+    ProcessId, "p_", "process id"
+);
+derived_id!(
+    /// An effect: `H(process, step, index)`.
+    EffectId, "e_", "effect id"
+);
+derived_id!(
+    /// A wait: `H(effect)`.
+    WaitId, "w_", "wait id"
+);
+
+impl ProcessId {
+    /// The root process named by a start id.
+    pub fn root(start: &StartId) -> ProcessId {
+        ProcessId::derive(&[b"root", start.scope.as_str().as_bytes(), start.key.as_str().as_bytes()])
+    }
+
+    /// The child of `parent` under `key`.
+    pub fn child(parent: ProcessId, key: &ChildKey) -> ProcessId {
+        ProcessId::derive(&[b"child", &parent.0, key.as_str().as_bytes()])
+    }
+}
+
+impl EffectId {
+    /// The `index`-th effect declared by `process` in step `step`.
+    pub fn new(process: ProcessId, step: u64, index: u32) -> EffectId {
+        EffectId::derive(&[b"effect", &process.0, &step.to_le_bytes(), &index.to_le_bytes()])
+    }
+}
+
+impl WaitId {
+    /// The wait opened by `effect`.
+    pub fn for_effect(effect: EffectId) -> WaitId {
+        WaitId::derive(&[b"wait", &effect.0])
+    }
+}
+
+/// A tree is named by its root process.
+pub type TreeId = ProcessId;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_keys_validate() {
+        assert!(Name::new("example.reviewer").is_ok());
+        assert!(Name::new("Example").is_err());
+        assert!(Name::new("a..b").is_err());
+        assert!(Name::new("").is_err());
+        assert!(Name::new("1a").is_err());
+        assert!(ChildKey::new("review-1:a").is_ok());
+        assert!(ChildKey::new("has space").is_err());
+        assert!(ChildKey::new("x".repeat(129)).is_err());
+        assert!(SignalId::new("engine:x").is_err());
+        assert!(Scope::new("acme/alice/s1").is_ok());
+        assert!(Scope::new("acme//x").is_err());
+        assert!(Scope::new("a/b/c/d").is_err());
+    }
+
+    #[test]
+    fn derived_ids_are_stable_and_parse() {
+        let start = StartId::new("acme", "job-1").expect("valid");
+        let root = ProcessId::root(&start);
+        assert_eq!(root, ProcessId::root(&start));
+        assert_ne!(root, ProcessId::root(&StartId::new("other", "job-1").expect("valid")));
+        let text = root.to_string();
+        assert!(text.starts_with("p_"));
+        assert_eq!(text.parse::<ProcessId>(), Ok(root));
+        assert!(text.replace("p_", "e_").parse::<ProcessId>().is_err());
+        let effect = EffectId::new(root, 3, 0);
+        assert_ne!(effect, EffectId::new(root, 3, 1));
+        assert_ne!(WaitId::for_effect(effect).as_bytes(), effect.as_bytes());
+    }
+}

@@ -1,0 +1,304 @@
+//! The authoritative, hash-chained log of a tree.
+//!
+//! Records carry facts, never commands to re-run. Each record's hash is
+//! `H(prev ‖ seq ‖ body)` in the log-chain context, so editing any byte of
+//! any record breaks the chain at that record.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::budget::{Budget, Capabilities};
+use crate::clock::Timestamp;
+use crate::digest::{Digest, Purpose};
+use crate::failure::{Cause, Termination};
+use crate::ids::{EffectId, ProcessId, StartId};
+use crate::payload::Payload;
+use crate::program::{ExecutionState, ProgramRef, Settlement, Signal, Transition};
+
+/// The kind of a record, stored beside its body for listing and fault injection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordKind {
+    /// A tree and its root process started.
+    TreeStarted,
+    /// A step's transition and new state were adopted.
+    StepAdopted,
+    /// A dispatch is about to be sent (durable before any I/O).
+    EffectPending,
+    /// A dispatch settled (durable before the process sees it).
+    EffectSettled,
+    /// The host resolved an unknown effect.
+    EffectResolved,
+    /// The host asked to replay an unknown effect.
+    EffectReplayed,
+    /// Host signals were admitted to a mailbox.
+    SignalsAdmitted,
+    /// Cancellation was requested.
+    CancelRequested,
+    /// A process terminated.
+    Terminated,
+}
+
+impl RecordKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [RecordKind; 9] = [
+        RecordKind::TreeStarted,
+        RecordKind::StepAdopted,
+        RecordKind::EffectPending,
+        RecordKind::EffectSettled,
+        RecordKind::EffectResolved,
+        RecordKind::EffectReplayed,
+        RecordKind::SignalsAdmitted,
+        RecordKind::CancelRequested,
+        RecordKind::Terminated,
+    ];
+
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordKind::TreeStarted => "tree_started",
+            RecordKind::StepAdopted => "step_adopted",
+            RecordKind::EffectPending => "effect_pending",
+            RecordKind::EffectSettled => "effect_settled",
+            RecordKind::EffectResolved => "effect_resolved",
+            RecordKind::EffectReplayed => "effect_replayed",
+            RecordKind::SignalsAdmitted => "signals_admitted",
+            RecordKind::CancelRequested => "cancel_requested",
+            RecordKind::Terminated => "terminated",
+        }
+    }
+}
+
+impl fmt::Display for RecordKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The facts a record carries.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RecordBody {
+    /// A tree started: its root process, program, input, grants and initial state.
+    TreeStarted {
+        /// The caller's start id.
+        start: StartId,
+        /// The root process.
+        root: ProcessId,
+        /// The exact program.
+        program: ProgramRef,
+        /// The validated input.
+        input: Payload,
+        /// The root's budget.
+        budget: Budget,
+        /// The root's capabilities.
+        capabilities: Capabilities,
+        /// The host deadline, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deadline: Option<Timestamp>,
+        /// The state `Definition::start` produced (after a restore round trip).
+        state: ExecutionState,
+    },
+    /// A step was adopted.
+    StepAdopted {
+        /// The process.
+        process: ProcessId,
+        /// The step's number (from 0).
+        step: u64,
+        /// The adopted execution state.
+        state: ExecutionState,
+        /// The transition (consumed count, effects, output or failure).
+        transition: Transition,
+    },
+    /// A dispatch is about to be sent.
+    EffectPending {
+        /// The process.
+        process: ProcessId,
+        /// The effect.
+        effect: EffectId,
+    },
+    /// An effect settled.
+    EffectSettled {
+        /// The process.
+        process: ProcessId,
+        /// The effect.
+        effect: EffectId,
+        /// Its settlement.
+        settlement: Settlement,
+    },
+    /// The host resolved an unknown effect.
+    EffectResolved {
+        /// The process.
+        process: ProcessId,
+        /// The effect.
+        effect: EffectId,
+        /// The host's settlement (never unknown).
+        settlement: Settlement,
+    },
+    /// The host asked to replay an unknown effect under its identity.
+    EffectReplayed {
+        /// The process.
+        process: ProcessId,
+        /// The effect.
+        effect: EffectId,
+    },
+    /// Host signals were admitted.
+    SignalsAdmitted {
+        /// The recipient.
+        process: ProcessId,
+        /// The signals, in admission order.
+        signals: Vec<Signal>,
+    },
+    /// Cancellation was requested.
+    CancelRequested {
+        /// The process.
+        process: ProcessId,
+        /// Host or parent cancellation.
+        cause: Cause,
+        /// Why.
+        reason: String,
+    },
+    /// A process terminated.
+    Terminated {
+        /// The process.
+        process: ProcessId,
+        /// How.
+        termination: Termination,
+    },
+}
+
+impl RecordBody {
+    /// The record kind.
+    pub fn kind(&self) -> RecordKind {
+        match self {
+            RecordBody::TreeStarted { .. } => RecordKind::TreeStarted,
+            RecordBody::StepAdopted { .. } => RecordKind::StepAdopted,
+            RecordBody::EffectPending { .. } => RecordKind::EffectPending,
+            RecordBody::EffectSettled { .. } => RecordKind::EffectSettled,
+            RecordBody::EffectResolved { .. } => RecordKind::EffectResolved,
+            RecordBody::EffectReplayed { .. } => RecordKind::EffectReplayed,
+            RecordBody::SignalsAdmitted { .. } => RecordKind::SignalsAdmitted,
+            RecordBody::CancelRequested { .. } => RecordKind::CancelRequested,
+            RecordBody::Terminated { .. } => RecordKind::Terminated,
+        }
+    }
+}
+
+/// One log record: `{seq, prev, kind, body}` and `hash = H(prev ‖ seq ‖ body)`.
+/// The body bytes are kept exactly as hashed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Position in the log, from 1.
+    pub seq: u64,
+    /// Hash of the previous record (`Digest::ZERO` for the first).
+    pub prev: Digest,
+    /// This record's hash.
+    pub hash: Digest,
+    /// The body's kind.
+    pub kind: RecordKind,
+    /// The body's JSON bytes, exactly as hashed.
+    pub body: Arc<[u8]>,
+}
+
+impl Record {
+    /// Seals a body as record `seq` after `prev`.
+    pub fn seal(seq: u64, prev: Digest, body: &RecordBody) -> Record {
+        let bytes = serde_json::to_vec(body).expect("record bodies always encode");
+        Record::from_parts(seq, prev, body.kind(), bytes.into())
+    }
+
+    /// Builds a record from stored parts, computing its hash (use [`verify`]
+    /// to check stored hashes).
+    pub fn from_parts(seq: u64, prev: Digest, kind: RecordKind, body: Arc<[u8]>) -> Record {
+        let hash = chain_hash(seq, prev, &body);
+        Record {
+            seq,
+            prev,
+            hash,
+            kind,
+            body,
+        }
+    }
+
+    /// Decodes the body.
+    pub fn decode(&self) -> Result<RecordBody, serde_json::Error> {
+        serde_json::from_slice(&self.body)
+    }
+}
+
+impl fmt::Debug for Record {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Record")
+            .field("seq", &self.seq)
+            .field("kind", &self.kind)
+            .field("hash", &self.hash)
+            .field("bytes", &self.body.len())
+            .finish()
+    }
+}
+
+/// The chain hash of a record.
+pub fn chain_hash(seq: u64, prev: Digest, body: &[u8]) -> Digest {
+    Digest::of_parts(Purpose::LogChain, &[prev.as_bytes(), &seq.to_le_bytes(), body])
+}
+
+/// Where and why a log failed verification.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("log verification failed at record {seq}: {reason}")]
+pub struct VerifyError {
+    /// The first record that does not verify.
+    pub seq: u64,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// Verifies a run of records that should follow `(after_seq, after_hash)`:
+/// contiguous sequence numbers, each `prev` the previous hash, each hash
+/// recomputed from the stored bytes, each body decodable with the kind it
+/// claims. Returns the head `(seq, hash)`.
+pub fn verify(after_seq: u64, after_hash: Digest, records: &[Record]) -> Result<(u64, Digest), VerifyError> {
+    let (mut seq, mut head) = (after_seq, after_hash);
+    for record in records {
+        let fail = |reason: String| VerifyError { seq: record.seq, reason };
+        if record.seq != seq + 1 {
+            return Err(fail(format!("expected sequence {}", seq + 1)));
+        }
+        if record.prev != head {
+            return Err(fail("prev does not match the previous record's hash".into()));
+        }
+        if chain_hash(record.seq, record.prev, &record.body) != record.hash {
+            return Err(fail("hash does not match the record's bytes".into()));
+        }
+        match record.decode() {
+            Ok(body) if body.kind() == record.kind => {}
+            Ok(body) => return Err(fail(format!("body is {} but the record says {}", body.kind(), record.kind))),
+            Err(error) => return Err(fail(format!("body does not decode: {error}"))),
+        }
+        seq = record.seq;
+        head = record.hash;
+    }
+    Ok((seq, head))
+}
+
+/// The whole tree state at a sequence number, with the chain head it covers.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The last record folded into the state.
+    pub seq: u64,
+    /// That record's hash.
+    pub head: Digest,
+    /// The serialized tree state.
+    pub state: Arc<[u8]>,
+}
+
+impl fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("seq", &self.seq)
+            .field("head", &self.head)
+            .field("bytes", &self.state.len())
+            .finish()
+    }
+}

@@ -1,0 +1,390 @@
+//! Immutable JSON payloads with one canonical byte encoding.
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use serde::de::{DeserializeOwned, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
+use serde_json::{Map, Number, Value};
+
+use crate::digest::{Digest, Purpose};
+
+/// An immutable JSON value held in its canonical encoding: object keys
+/// sorted, no insignificant whitespace, numbers in serde_json's shortest
+/// round-trip form, duplicate keys rejected.
+///
+/// Two payloads are equal exactly when their canonical bytes are equal, so
+/// key order and whitespace of the text they were parsed from never matter.
+#[derive(Clone)]
+pub struct Payload(Arc<Inner>);
+
+struct Inner {
+    raw: Box<RawValue>,
+    digest: OnceLock<Digest>,
+}
+
+/// Why a payload could not be built or decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PayloadError {
+    /// The text is not one well-formed JSON value.
+    #[error("malformed JSON: {message}")]
+    Malformed {
+        /// What the parser reported.
+        message: String,
+    },
+    /// An object repeats a key.
+    #[error("duplicate object key {key:?}")]
+    DuplicateKey {
+        /// The repeated key.
+        key: String,
+    },
+    /// The canonical encoding exceeds the size limit.
+    #[error("payload of {size} bytes exceeds the limit of {limit} bytes")]
+    TooLarge {
+        /// Canonical size in bytes.
+        size: usize,
+        /// The limit in force.
+        limit: usize,
+    },
+    /// A Rust value could not be encoded as JSON.
+    #[error("cannot encode value as JSON: {message}")]
+    Encode {
+        /// What serde reported.
+        message: String,
+    },
+    /// The payload does not decode into the requested type.
+    #[error("cannot decode payload: {message}")]
+    Decode {
+        /// What serde reported.
+        message: String,
+    },
+}
+
+impl Payload {
+    /// Largest canonical payload accepted anywhere: 8 MiB. Engines may set a
+    /// smaller per-tree limit.
+    pub const MAX_BYTES: usize = 8 * 1024 * 1024;
+
+    /// Parses JSON text into its canonical form.
+    pub fn parse(text: &[u8]) -> Result<Payload, PayloadError> {
+        if text.len() > Self::MAX_BYTES.saturating_mul(4) {
+            return Err(PayloadError::TooLarge {
+                size: text.len(),
+                limit: Self::MAX_BYTES,
+            });
+        }
+        let mut deserializer = serde_json::Deserializer::from_slice(text);
+        let value = StrictSeed
+            .deserialize(&mut deserializer)
+            .map_err(classify_parse_error)?;
+        deserializer.end().map_err(classify_parse_error)?;
+        Self::from_value(&value)
+    }
+
+    /// Parses JSON text given as a string.
+    pub fn parse_str(text: &str) -> Result<Payload, PayloadError> {
+        Self::parse(text.as_bytes())
+    }
+
+    /// Canonicalizes a JSON value. `serde_json::Map` keeps keys sorted, so
+    /// serializing the value yields the canonical bytes directly.
+    pub fn from_value(value: &Value) -> Result<Payload, PayloadError> {
+        let raw = serde_json::value::to_raw_value(value).map_err(|error| PayloadError::Encode {
+            message: error.to_string(),
+        })?;
+        Self::from_canonical_raw(raw)
+    }
+
+    fn from_canonical_raw(raw: Box<RawValue>) -> Result<Payload, PayloadError> {
+        let size = raw.get().len();
+        if size > Self::MAX_BYTES {
+            return Err(PayloadError::TooLarge {
+                size,
+                limit: Self::MAX_BYTES,
+            });
+        }
+        Ok(Payload(Arc::new(Inner {
+            raw,
+            digest: OnceLock::new(),
+        })))
+    }
+
+    /// Encodes a typed value canonically.
+    pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Payload, PayloadError> {
+        let value = serde_json::to_value(value).map_err(|error| PayloadError::Encode {
+            message: error.to_string(),
+        })?;
+        Self::from_value(&value)
+    }
+
+    /// Decodes into a typed value.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, PayloadError> {
+        serde_json::from_str(self.as_str()).map_err(|error| PayloadError::Decode {
+            message: error.to_string(),
+        })
+    }
+
+    /// The JSON `null` payload.
+    pub fn null() -> Payload {
+        Self::from_value(&Value::Null).expect("null always encodes")
+    }
+
+    /// The canonical JSON text.
+    pub fn as_str(&self) -> &str {
+        self.0.raw.get()
+    }
+
+    /// The canonical bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.as_str().as_bytes()
+    }
+
+    /// Size of the canonical encoding in bytes.
+    pub fn len(&self) -> usize {
+        self.as_str().len()
+    }
+
+    /// Never true: the smallest payload is a one-byte JSON number. Present so
+    /// `len` has its customary companion.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The payload as a `serde_json::Value`.
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(self.as_str()).expect("canonical payload text is valid JSON")
+    }
+
+    /// Whether this is JSON `null`.
+    pub fn is_null(&self) -> bool {
+        self.as_str() == "null"
+    }
+
+    /// blake3 digest of the canonical bytes (computed once).
+    pub fn digest(&self) -> Digest {
+        *self
+            .0
+            .digest
+            .get_or_init(|| Digest::of(Purpose::Payload, self.as_bytes()))
+    }
+}
+
+fn classify_parse_error(error: serde_json::Error) -> PayloadError {
+    let message = error.to_string();
+    match message.strip_prefix(DUPLICATE_PREFIX) {
+        Some(rest) => PayloadError::DuplicateKey {
+            key: rest
+                .split(" at line ")
+                .next()
+                .unwrap_or(rest)
+                .trim_matches('"')
+                .to_owned(),
+        },
+        None => PayloadError::Malformed { message },
+    }
+}
+
+const DUPLICATE_PREFIX: &str = "duplicate object key ";
+
+impl PartialEq for Payload {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Payload {}
+
+impl std::hash::Hash for Payload {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl fmt::Debug for Payload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const SHOWN: usize = 256;
+        let text = self.as_str();
+        if text.len() <= SHOWN {
+            write!(f, "Payload({text})")
+        } else {
+            let cut = (0..=SHOWN).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+            write!(f, "Payload({}… {} bytes)", &text[..cut], text.len())
+        }
+    }
+}
+
+impl fmt::Display for Payload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Payload {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.raw.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Payload {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = StrictSeed.deserialize(deserializer)?;
+        Payload::from_value(&value).map_err(serde::de::Error::custom)
+    }
+}
+
+impl schemars::JsonSchema for Payload {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Payload".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::Schema::default()
+    }
+}
+
+/// Deserializes any JSON value, rejecting duplicate object keys (serde_json
+/// alone keeps the last duplicate silently).
+struct StrictSeed;
+
+impl<'de> DeserializeSeed<'de> for StrictSeed {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(StrictVisitor)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<Value, E> {
+        Ok(Value::Bool(value))
+    }
+
+    fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
+        Ok(Value::Number(value.into()))
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
+        Ok(Value::Number(value.into()))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, value: f64) -> Result<Value, E> {
+        Number::from_f64(value)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom("non-finite number"))
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Value, E> {
+        Ok(Value::String(value.to_owned()))
+    }
+
+    fn visit_string<E>(self, value: String) -> Result<Value, E> {
+        Ok(Value::String(value))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        StrictSeed.deserialize(deserializer)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+        while let Some(item) = seq.next_element_seed(StrictSeed)? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "{DUPLICATE_PREFIX}{key:?}"
+                )));
+            }
+            let value = map.next_value_seed(StrictSeed)?;
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_order_and_whitespace_do_not_matter() {
+        let a = Payload::parse_str(r#"{ "b": 1, "a": [true, null, "x"] }"#).expect("valid");
+        let b = Payload::parse_str(r#"{"a":[true,null,"x"],"b":1}"#).expect("valid");
+        assert_eq!(a.as_str(), r#"{"a":[true,null,"x"],"b":1}"#);
+        assert_eq!(a, b);
+        assert_eq!(a.digest(), b.digest());
+    }
+
+    #[test]
+    fn rejects_bad_text() {
+        assert!(matches!(
+            Payload::parse_str(""),
+            Err(PayloadError::Malformed { .. })
+        ));
+        assert!(matches!(
+            Payload::parse_str("{\"a\":1} trailing"),
+            Err(PayloadError::Malformed { .. })
+        ));
+        assert_eq!(
+            Payload::parse_str(r#"{"a":1,"a":2}"#),
+            Err(PayloadError::DuplicateKey { key: "a".into() })
+        );
+        assert!(matches!(
+            Payload::parse_str(r#"{"a":{"b":1,"b":1}}"#),
+            Err(PayloadError::DuplicateKey { .. })
+        ));
+    }
+
+    #[test]
+    fn size_limit_is_enforced() {
+        let big = "x".repeat(Payload::MAX_BYTES);
+        assert!(matches!(
+            Payload::encode(&big),
+            Err(PayloadError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn typed_round_trip() {
+        let payload = Payload::encode(&vec![1u32, 2, 3]).expect("encodes");
+        assert_eq!(payload.decode::<Vec<u32>>().expect("decodes"), vec![1, 2, 3]);
+        assert!(payload.decode::<String>().is_err());
+    }
+
+    #[test]
+    fn serde_embeds_canonical_text() {
+        let payload = Payload::parse_str(r#"{"z":1,"a":2}"#).expect("valid");
+        let text = serde_json::to_string(&vec![payload.clone()]).expect("serializes");
+        assert_eq!(text, r#"[{"a":2,"z":1}]"#);
+        let back: Vec<Payload> = serde_json::from_str(r#"[{ "z" : 1, "a" : 2 }]"#).expect("parses");
+        assert_eq!(back[0], payload);
+    }
+}

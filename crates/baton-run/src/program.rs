@@ -1,0 +1,583 @@
+//! Programs: definitions, executions, transitions, effects, signals,
+//! settlements, dispatchers, and the typed `Program` binding.
+
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::budget::{Capabilities, Meters};
+use crate::clock::Clock;
+use crate::descriptor::{Descriptor, Schema};
+use crate::digest::{Digest, Purpose};
+use crate::failure::{Failure, StepError};
+use crate::ids::{ChildKey, EffectId, Name, ProcessId, SignalId, WaitId};
+use crate::payload::Payload;
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The opaque private state of one execution. The kernel never parses it; it
+/// stores it and hands it back to `Definition::restore`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ExecutionState(pub Payload);
+
+impl ExecutionState {
+    /// Encodes a typed state.
+    pub fn encode<T: Serialize>(state: &T) -> Result<ExecutionState, StepError> {
+        Ok(ExecutionState(Payload::encode(state)?))
+    }
+
+    /// Decodes a typed state; failure is `execution.state.invalid`.
+    pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T, StepError> {
+        self.0
+            .decode()
+            .map_err(|error| StepError(Failure::contract("execution.state.invalid", error.to_string())))
+    }
+}
+
+/// Immutable behaviour: a descriptor, a way to start from an input and a way
+/// to restore from a recorded state. Safe to call concurrently.
+pub trait Definition: Send + Sync + 'static {
+    /// The contract.
+    fn descriptor(&self) -> &Descriptor;
+
+    /// Starts a new execution from a validated input. No I/O.
+    fn start(&self, input: &Payload) -> Result<Box<dyn Execution>, StepError>;
+
+    /// Rebuilds an execution from a state produced by `Execution::snapshot`.
+    fn restore(&self, state: &ExecutionState) -> Result<Box<dyn Execution>, StepError>;
+
+    /// The exact child programs this definition may start.
+    fn children(&self) -> Vec<Program> {
+        Vec::new()
+    }
+}
+
+/// The private state of one process. A step is pure: no I/O, no clock, no
+/// randomness, no spawned work.
+pub trait Execution: Send + 'static {
+    /// Advances on the whole unconsumed mailbox suffix.
+    fn step(&mut self, window: &[Signal]) -> Result<Transition, StepError>;
+
+    /// The state to record; must restore through the definition.
+    fn snapshot(&self) -> Result<ExecutionState, StepError>;
+}
+
+/// What a step decided. Each variant says how many leading signals of the
+/// window it consumed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "transition", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Transition {
+    /// Carry out `effects` in order, then step again with their results.
+    Continue {
+        /// Signals consumed.
+        consumed: usize,
+        /// Effects in declaration order.
+        effects: Vec<Effect>,
+    },
+    /// Sleep until a signal addressed to `wait` arrives.
+    Wait {
+        /// Signals consumed.
+        consumed: usize,
+        /// The wait to be woken by.
+        wait: WaitId,
+    },
+    /// Complete with an output (validated against the output schema).
+    Complete {
+        /// Signals consumed.
+        consumed: usize,
+        /// The output.
+        output: Payload,
+    },
+    /// Fail with a classified failure.
+    Fail {
+        /// Signals consumed.
+        consumed: usize,
+        /// The failure.
+        failure: Failure,
+    },
+}
+
+impl Transition {
+    /// Signals consumed.
+    pub fn consumed(&self) -> usize {
+        match self {
+            Transition::Continue { consumed, .. }
+            | Transition::Wait { consumed, .. }
+            | Transition::Complete { consumed, .. }
+            | Transition::Fail { consumed, .. } => *consumed,
+        }
+    }
+}
+
+/// An effect a step declares. Framework effects are carried out by the
+/// kernel; `Dispatch` is opaque and goes to the program's dispatcher.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "effect", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Effect {
+    /// Opens an external wait, answered by the host with a signal addressed
+    /// to the minted `WaitId`; the answer is validated against
+    /// `answer_schema` before it is committed.
+    Wait {
+        /// A program-chosen key, for people and logs.
+        key: ChildKey,
+        /// What is being asked.
+        request: Payload,
+        /// Schema every answer must satisfy.
+        answer_schema: Schema,
+    },
+    /// Sends `request` to the program's dispatcher. `reserve` is the worst
+    /// case meter usage, charged before any I/O.
+    Dispatch {
+        /// The frozen request.
+        request: Payload,
+        /// Worst-case meter usage.
+        #[serde(default, skip_serializing_if = "Meters::is_empty")]
+        reserve: Meters,
+    },
+}
+
+impl Effect {
+    /// A dispatch with no meter reservation.
+    pub fn dispatch(request: Payload) -> Effect {
+        Effect::Dispatch {
+            request,
+            reserve: Meters::new(),
+        }
+    }
+
+    /// The effect's kind name.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Effect::Wait { .. } => "wait",
+            Effect::Dispatch { .. } => "dispatch",
+        }
+    }
+}
+
+/// The recorded result of an effect, of a control or of a host resolution.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Settlement {
+    /// It succeeded with an output.
+    Succeeded {
+        /// The result.
+        output: Payload,
+        /// Actual meter usage.
+        #[serde(default, skip_serializing_if = "Meters::is_empty")]
+        usage: Meters,
+    },
+    /// It definitely failed.
+    Failed {
+        /// Why.
+        failure: Failure,
+        /// Actual meter usage.
+        #[serde(default, skip_serializing_if = "Meters::is_empty")]
+        usage: Meters,
+    },
+    /// Its outcome is not known (e.g. lost in a crash); the host must resolve it.
+    Unknown {
+        /// Bounded diagnostic text.
+        diagnostic: String,
+    },
+}
+
+impl Settlement {
+    /// Success without meter usage.
+    pub fn ok(output: Payload) -> Settlement {
+        Settlement::Succeeded {
+            output,
+            usage: Meters::new(),
+        }
+    }
+
+    /// Definite failure without meter usage.
+    pub fn failed(failure: Failure) -> Settlement {
+        Settlement::Failed {
+            failure,
+            usage: Meters::new(),
+        }
+    }
+
+    /// Whether the outcome is unknown.
+    pub fn is_unknown(&self) -> bool {
+        matches!(self, Settlement::Unknown { .. })
+    }
+
+    /// Reported meter usage.
+    pub fn usage(&self) -> Option<&Meters> {
+        match self {
+            Settlement::Succeeded { usage, .. } | Settlement::Failed { usage, .. } => Some(usage),
+            Settlement::Unknown { .. } => None,
+        }
+    }
+}
+
+/// A mailbox entry: input from the host or a parent, or an effect result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Signal {
+    /// Identity; engine-minted ids start with `engine:`.
+    pub id: SignalId,
+    /// The wait this signal answers, if addressed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<WaitId>,
+    /// The content.
+    pub body: SignalBody,
+}
+
+/// What a signal carries.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "signal", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SignalBody {
+    /// Input from the host (an answer when addressed, steering when not).
+    Input {
+        /// The content.
+        payload: Payload,
+    },
+    /// An external wait was opened; answer it by addressing `wait`.
+    WaitOpened {
+        /// The wait effect.
+        effect: EffectId,
+        /// The wait to answer.
+        wait: WaitId,
+        /// The wait's key.
+        key: ChildKey,
+        /// What is being asked.
+        request: Payload,
+    },
+    /// A dispatch settled.
+    Settled {
+        /// The dispatch effect.
+        effect: EffectId,
+        /// Its settlement.
+        settlement: Settlement,
+    },
+}
+
+/// Whether an uncertain dispatch may be sent again after a crash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplayPolicy {
+    /// Never: a pending dispatch found on restore settles as unknown.
+    Never,
+    /// The dispatcher deduplicates by effect id, so re-dispatching under the
+    /// same `EffectId` is safe.
+    SameIdentity,
+}
+
+/// Cooperative cancellation handed to a dispatch.
+#[derive(Clone, Debug)]
+pub struct Cancellation(tokio::sync::watch::Receiver<bool>);
+
+impl Cancellation {
+    pub(crate) fn new() -> (tokio::sync::watch::Sender<bool>, Cancellation) {
+        let (sender, receiver) = tokio::sync::watch::channel(false);
+        (sender, Cancellation(receiver))
+    }
+
+    /// A token that is never canceled (for tests and direct calls).
+    pub fn never() -> Cancellation {
+        let (sender, receiver) = tokio::sync::watch::channel(false);
+        std::mem::forget(sender);
+        Cancellation(receiver)
+    }
+
+    /// Whether cancellation was requested.
+    pub fn is_canceled(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Resolves once cancellation is requested (never, if the engine drops the work).
+    pub async fn canceled(&mut self) {
+        if self.0.wait_for(|canceled| *canceled).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Sends non-durable progress (e.g. model tokens) to the engine's event
+/// stream. Deltas never enter the log.
+#[derive(Clone)]
+pub struct DeltaSink {
+    pub(crate) emit: Arc<dyn Fn(Payload) + Send + Sync>,
+}
+
+impl DeltaSink {
+    /// A sink that drops everything.
+    pub fn discard() -> DeltaSink {
+        DeltaSink { emit: Arc::new(|_| {}) }
+    }
+
+    /// Emits one delta.
+    pub fn emit(&self, delta: Payload) {
+        (self.emit)(delta);
+    }
+}
+
+impl fmt::Debug for DeltaSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DeltaSink")
+    }
+}
+
+/// One dispatch handed to a dispatcher.
+#[derive(Debug)]
+pub struct DispatchCall {
+    /// The effect's stable identity (the same on a `SameIdentity` replay).
+    pub effect: EffectId,
+    /// The process that declared it.
+    pub process: ProcessId,
+    /// The frozen request.
+    pub request: Payload,
+    /// The meter reservation already charged.
+    pub reserve: Meters,
+    /// Progress sink.
+    pub deltas: DeltaSink,
+    /// Cancellation requested by the host or a parent.
+    pub cancel: Cancellation,
+    /// The engine's clock (the only source of time for dispatchers).
+    pub clock: Arc<dyn Clock>,
+}
+
+/// Executes opaque effects (model calls, timers, tools with side effects).
+pub trait Dispatcher: Send + Sync + 'static {
+    /// Whether a dispatch of `request` may be repeated under the same id.
+    fn replay_policy(&self, request: &Payload) -> ReplayPolicy;
+
+    /// Capabilities a process needs to dispatch `request`.
+    fn required_capabilities(&self, _request: &Payload) -> Capabilities {
+        Capabilities::none()
+    }
+
+    /// Carries out the call. A definite failure is `Settlement::Failed`;
+    /// anything uncertain is `Settlement::Unknown`.
+    fn dispatch(&self, call: DispatchCall) -> BoxFuture<'static, Settlement>;
+}
+
+/// The exact identity of a program: contract, implementation, configuration
+/// and bound children, plus a digest over all of them. Resolved only by
+/// exact match, never by name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProgramRef {
+    /// Descriptor name (for people; never used to resolve).
+    pub name: Name,
+    /// Digest of the descriptor's contract.
+    pub contract: Digest,
+    /// Digest of the built code.
+    pub implementation: Digest,
+    /// Digest of every configuration field.
+    pub configuration: Digest,
+    /// Digests of bound child programs, in declaration order.
+    pub children: Vec<Digest>,
+    /// Digest over all the fields above.
+    pub digest: Digest,
+}
+
+impl ProgramRef {
+    fn compute(
+        name: Name,
+        contract: Digest,
+        implementation: Digest,
+        configuration: Digest,
+        children: Vec<Digest>,
+    ) -> ProgramRef {
+        let mut parts: Vec<&[u8]> = vec![
+            name.as_str().as_bytes(),
+            contract.as_bytes(),
+            implementation.as_bytes(),
+            configuration.as_bytes(),
+        ];
+        parts.extend(children.iter().map(|child| child.as_bytes().as_slice()));
+        let digest = Digest::of_parts(Purpose::Program, &parts);
+        ProgramRef {
+            name,
+            contract,
+            implementation,
+            configuration,
+            children,
+            digest,
+        }
+    }
+
+    /// Whether the stored digest matches the fields (a corrupt or forged ref does not).
+    pub fn is_consistent(&self) -> bool {
+        ProgramRef::compute(
+            self.name.clone(),
+            self.contract,
+            self.implementation,
+            self.configuration,
+            self.children.clone(),
+        )
+        .digest
+            == self.digest
+    }
+}
+
+/// Digest naming built code: a crate's name and version (use
+/// `env!("CARGO_PKG_NAME")` and `env!("CARGO_PKG_VERSION")`) or a
+/// caller-supplied build identity.
+pub fn implementation_digest(name: &str, version: &str) -> Digest {
+    Digest::of_parts(Purpose::Implementation, &[name.as_bytes(), version.as_bytes()])
+}
+
+/// Digest of a configuration: the canonical JSON of every configuration field.
+pub fn configuration_digest<T: Serialize + ?Sized>(configuration: &T) -> Result<Digest, crate::PayloadError> {
+    Ok(Digest::of(Purpose::Configuration, Payload::encode(configuration)?.as_bytes()))
+}
+
+/// How to bind a definition into a program.
+pub struct ProgramConfig {
+    /// The behaviour.
+    pub definition: Arc<dyn Definition>,
+    /// The executor of its `Dispatch` effects, if it declares any.
+    pub dispatcher: Option<Arc<dyn Dispatcher>>,
+    /// Digest of the built code (see [`implementation_digest`]).
+    pub implementation: Digest,
+    /// Digest of every configuration field (see [`configuration_digest`]).
+    pub configuration: Digest,
+}
+
+struct ProgramInner {
+    definition: Arc<dyn Definition>,
+    dispatcher: Option<Arc<dyn Dispatcher>>,
+    children: Vec<Program>,
+    reference: ProgramRef,
+}
+
+/// A definition bound to its dispatcher and identity, typed by its input
+/// and output. Cheap to clone. `erase()` forgets the types.
+pub struct Program<I = Payload, O = Payload> {
+    inner: Arc<ProgramInner>,
+    types: PhantomData<fn(I) -> O>,
+}
+
+impl<I, O> Clone for Program<I, O> {
+    fn clone(&self) -> Self {
+        Program {
+            inner: self.inner.clone(),
+            types: PhantomData,
+        }
+    }
+}
+
+impl<I, O> fmt::Debug for Program<I, O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Program")
+            .field("name", &self.inner.reference.name)
+            .field("digest", &self.inner.reference.digest)
+            .finish()
+    }
+}
+
+impl<I, O> Program<I, O> {
+    /// Binds a definition. The `ProgramRef` covers the contract, the
+    /// implementation and configuration digests, and the bound children.
+    pub fn new(config: ProgramConfig) -> Program<I, O> {
+        let descriptor = config.definition.descriptor();
+        let children = config.definition.children();
+        let reference = ProgramRef::compute(
+            descriptor.name().clone(),
+            descriptor.digest(),
+            config.implementation,
+            config.configuration,
+            children.iter().map(|child| child.reference().digest).collect(),
+        );
+        Program {
+            inner: Arc::new(ProgramInner {
+                definition: config.definition,
+                dispatcher: config.dispatcher,
+                children,
+                reference,
+            }),
+            types: PhantomData,
+        }
+    }
+
+    /// The exact identity.
+    pub fn reference(&self) -> &ProgramRef {
+        &self.inner.reference
+    }
+
+    /// The contract.
+    pub fn descriptor(&self) -> &Descriptor {
+        self.inner.definition.descriptor()
+    }
+
+    /// The behaviour.
+    pub fn definition(&self) -> &Arc<dyn Definition> {
+        &self.inner.definition
+    }
+
+    /// The dispatcher, if bound.
+    pub fn dispatcher(&self) -> Option<&Arc<dyn Dispatcher>> {
+        self.inner.dispatcher.as_ref()
+    }
+
+    /// The bound child programs.
+    pub fn children(&self) -> &[Program] {
+        &self.inner.children
+    }
+
+    /// Forgets the input and output types.
+    pub fn erase(&self) -> Program {
+        Program {
+            inner: self.inner.clone(),
+            types: PhantomData,
+        }
+    }
+
+    /// Views the program with other input and output types. The schemas in
+    /// the descriptor stay authoritative: a mismatched type only fails when
+    /// encoding input or decoding output.
+    pub fn retype<I2, O2>(&self) -> Program<I2, O2> {
+        Program {
+            inner: self.inner.clone(),
+            types: PhantomData,
+        }
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Nothing(Descriptor);
+    impl Definition for Nothing {
+        fn descriptor(&self) -> &Descriptor {
+            &self.0
+        }
+        fn start(&self, _: &Payload) -> Result<Box<dyn Execution>, StepError> {
+            Err(StepError::other("unused"))
+        }
+        fn restore(&self, _: &ExecutionState) -> Result<Box<dyn Execution>, StepError> {
+            Err(StepError::other("unused"))
+        }
+    }
+
+    fn bind(name: &str, version: &str, config: u32) -> Program {
+        Program::new(ProgramConfig {
+            definition: Arc::new(Nothing(Descriptor::typed::<String, String>(name, "x").expect("valid"))),
+            dispatcher: None,
+            implementation: implementation_digest("test", version),
+            configuration: configuration_digest(&config).expect("encodes"),
+        })
+    }
+
+    #[test]
+    fn reference_tracks_every_input() {
+        let base = bind("a.b", "1", 1).reference().digest;
+        assert_eq!(base, bind("a.b", "1", 1).reference().digest);
+        assert_ne!(base, bind("a.c", "1", 1).reference().digest);
+        assert_ne!(base, bind("a.b", "2", 1).reference().digest);
+        assert_ne!(base, bind("a.b", "1", 2).reference().digest);
+        assert!(bind("a.b", "1", 1).reference().is_consistent());
+    }
+}

@@ -1,0 +1,438 @@
+//! The storage contract and the in-memory store.
+//!
+//! A [`Store`] persists logs and snapshots for many trees. Expected outcomes
+//! (lost compare-and-swap, fenced writer, duplicate idempotent append, a
+//! live lease held by someone else) are typed results; errors are storage
+//! failures, and a storage failure stops that tree's writer.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Timestamp;
+use crate::digest::Digest;
+use crate::ids::{Scope, TreeId};
+use crate::log::{Record, Snapshot};
+use crate::program::BoxFuture;
+
+/// Where a tree stands, as listed by a store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TreeStatus {
+    /// Some process is stepping or has work in flight.
+    Running,
+    /// Every live process waits for input.
+    Waiting,
+    /// Some process holds an unknown effect (parked).
+    NeedsAttention,
+    /// The root terminated.
+    Done,
+}
+
+impl TreeStatus {
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TreeStatus::Running => "running",
+            TreeStatus::Waiting => "waiting",
+            TreeStatus::NeedsAttention => "needs_attention",
+            TreeStatus::Done => "done",
+        }
+    }
+}
+
+impl fmt::Display for TreeStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a store keeps about a tree beside its log, for listing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeMeta {
+    /// The tree (its root process).
+    pub tree: TreeId,
+    /// The tenant scope.
+    pub scope: Scope,
+    /// The status after the last append.
+    pub status: TreeStatus,
+    /// When the last append was made (engine clock).
+    pub updated: Timestamp,
+}
+
+/// A writer's lease on a tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// Fencing token; strictly increases with every grant.
+    pub token: u64,
+    /// Who holds it.
+    pub owner: String,
+    /// When it expires unless renewed.
+    pub until: Timestamp,
+}
+
+/// A request to become a tree's writer.
+#[derive(Clone, Debug)]
+pub struct AcquireRequest {
+    /// The tree.
+    pub tree: TreeId,
+    /// The requesting writer (e.g. `host/pid/engine-n`).
+    pub owner: String,
+    /// The current time.
+    pub now: Timestamp,
+    /// How long the lease lasts unless renewed.
+    pub ttl: Duration,
+    /// Take over even a live lease held by someone else.
+    pub force: bool,
+}
+
+/// The outcome of [`Store::acquire`].
+#[derive(Clone, Debug)]
+pub enum Acquired {
+    /// The caller is now the writer; any previous writer is fenced.
+    Granted {
+        /// The new lease.
+        lease: Lease,
+        /// The tree's stored state.
+        load: TreeLoad,
+    },
+    /// A live lease is held by someone else.
+    LeaseHeld {
+        /// Its holder.
+        owner: String,
+        /// When it expires.
+        until: Timestamp,
+    },
+}
+
+/// A tree as stored: the latest snapshot and the records after it.
+#[derive(Clone, Debug, Default)]
+pub struct TreeLoad {
+    /// Listing metadata, absent for a tree with no records.
+    pub meta: Option<TreeMeta>,
+    /// The latest snapshot.
+    pub snapshot: Option<Snapshot>,
+    /// Records after the snapshot (or from the first record).
+    pub records: Vec<Record>,
+}
+
+impl TreeLoad {
+    /// Whether the tree has any committed record.
+    pub fn exists(&self) -> bool {
+        self.snapshot.is_some() || !self.records.is_empty()
+    }
+
+    /// The head `(seq, hash)`.
+    pub fn head(&self) -> (u64, Digest) {
+        match (self.records.last(), &self.snapshot) {
+            (Some(record), _) => (record.seq, record.hash),
+            (None, Some(snapshot)) => (snapshot.seq, snapshot.head),
+            (None, None) => (0, Digest::ZERO),
+        }
+    }
+}
+
+/// Records to append to one tree, compare-and-swap on the expected head
+/// (`records[0].seq - 1`) and the writer's fencing token.
+#[derive(Clone, Debug)]
+pub struct Append {
+    /// The tree.
+    pub tree: TreeId,
+    /// The writer's fencing token.
+    pub token: u64,
+    /// Consecutive records.
+    pub records: Vec<Record>,
+    /// Listing metadata after these records.
+    pub meta: TreeMeta,
+}
+
+/// The outcome of one [`Append`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AppendOutcome {
+    /// The records are durable.
+    Committed,
+    /// Exactly these records were already committed (an idempotent retry).
+    Duplicate,
+    /// The head moved: the expected sequence is not the head.
+    Conflict {
+        /// The actual head sequence.
+        head: u64,
+    },
+    /// The token is not the current lease's; another writer took over.
+    Fenced,
+}
+
+/// A storage failure. The tree's writer stops; nothing is invented.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The store cannot be reached or refused the operation.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// Stored data is corrupt.
+    #[error("store data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// Which trees to list.
+#[derive(Clone, Debug, Default)]
+pub struct ListFilter {
+    /// Only trees with this status.
+    pub status: Option<TreeStatus>,
+    /// Only trees in this scope.
+    pub scope: Option<Scope>,
+}
+
+/// Persists logs and snapshots for many trees.
+pub trait Store: Send + Sync + 'static {
+    /// Becomes the writer of `tree` (created empty if unknown) and returns
+    /// its stored state, or reports the live lease of someone else.
+    fn acquire(&self, request: AcquireRequest) -> BoxFuture<'_, Result<Acquired, StoreError>>;
+
+    /// Reads a tree without taking a lease (empty if unknown).
+    fn load(&self, tree: TreeId) -> BoxFuture<'_, Result<TreeLoad, StoreError>>;
+
+    /// Appends to one or more trees; each item is atomic on its own and
+    /// answered in order. Durable when this returns.
+    fn append(&self, batch: Vec<Append>) -> BoxFuture<'_, Result<Vec<AppendOutcome>, StoreError>>;
+
+    /// Stores a snapshot; records it covers may be compacted.
+    fn write_snapshot(&self, tree: TreeId, token: u64, snapshot: Snapshot) -> BoxFuture<'_, Result<AppendOutcome, StoreError>>;
+
+    /// Extends a lease; `false` if the token is no longer current.
+    fn renew(&self, tree: TreeId, token: u64, until: Timestamp) -> BoxFuture<'_, Result<bool, StoreError>>;
+
+    /// Gives up a lease (no-op if the token is not current).
+    fn release(&self, tree: TreeId, token: u64) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Lists trees with committed records, sorted by tree id.
+    fn list(&self, filter: ListFilter) -> BoxFuture<'_, Result<Vec<TreeMeta>, StoreError>>;
+}
+
+#[derive(Default)]
+struct Entry {
+    lease: Option<Lease>,
+    last_token: u64,
+    meta: Option<TreeMeta>,
+    snapshot: Option<Snapshot>,
+    records: Vec<Record>,
+}
+
+impl Entry {
+    fn head(&self) -> (u64, Digest) {
+        match (self.records.last(), &self.snapshot) {
+            (Some(record), _) => (record.seq, record.hash),
+            (None, Some(snapshot)) => (snapshot.seq, snapshot.head),
+            (None, None) => (0, Digest::ZERO),
+        }
+    }
+
+    fn token_is_current(&self, token: u64) -> bool {
+        self.lease.as_ref().is_some_and(|lease| lease.token == token)
+    }
+
+    fn load(&self) -> TreeLoad {
+        TreeLoad {
+            meta: self.meta.clone(),
+            snapshot: self.snapshot.clone(),
+            records: self.records.clone(),
+        }
+    }
+
+    fn append(&mut self, append: Append) -> AppendOutcome {
+        if !self.token_is_current(append.token) {
+            return AppendOutcome::Fenced;
+        }
+        let Some(first) = append.records.first() else {
+            self.meta = Some(append.meta);
+            return AppendOutcome::Committed;
+        };
+        let (head, head_hash) = self.head();
+        let expected = first.seq - 1;
+        if expected < head {
+            let offset = self.records.first().map_or(u64::MAX, |r| r.seq);
+            let identical = expected + 1 >= offset
+                && append.records.iter().all(|record| {
+                    let index = (record.seq - offset) as usize;
+                    self.records.get(index).is_some_and(|stored| stored.hash == record.hash)
+                });
+            return if identical {
+                AppendOutcome::Duplicate
+            } else {
+                AppendOutcome::Conflict { head }
+            };
+        }
+        if expected > head || first.prev != head_hash {
+            return AppendOutcome::Conflict { head };
+        }
+        self.records.extend(append.records);
+        self.meta = Some(append.meta);
+        AppendOutcome::Committed
+    }
+}
+
+/// A store in process memory: the reference implementation of the store
+/// contract, for tests, benchmarks and single-process use without
+/// durability. Cloning shares the same data.
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    trees: Arc<Mutex<BTreeMap<TreeId, Entry>>>,
+    keep_history: bool,
+}
+
+impl fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryStore").finish_non_exhaustive()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store that compacts records covered by a snapshot.
+    pub fn new() -> MemoryStore {
+        MemoryStore::default()
+    }
+
+    /// An empty store that keeps every record even after snapshots.
+    pub fn keeping_history() -> MemoryStore {
+        MemoryStore {
+            keep_history: true,
+            ..MemoryStore::default()
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut BTreeMap<TreeId, Entry>) -> T) -> Result<T, StoreError> {
+        let mut trees = self
+            .trees
+            .lock()
+            .map_err(|_| StoreError::Unavailable("memory store lock poisoned".into()))?;
+        Ok(f(&mut trees))
+    }
+
+    /// Every stored record of `tree` (after compaction, those after the
+    /// snapshot). For inspection and tests.
+    pub fn records(&self, tree: TreeId) -> Vec<Record> {
+        self.with(|trees| trees.get(&tree).map(|e| e.records.clone()).unwrap_or_default())
+            .unwrap_or_default()
+    }
+
+    /// Rewrites the stored bytes of one record without fixing its hash, as an
+    /// attacker or a broken disk would. For tests of tamper detection.
+    /// Returns whether the record exists.
+    pub fn tamper(&self, tree: TreeId, seq: u64, edit: impl FnOnce(&mut Vec<u8>)) -> bool {
+        self.with(|trees| {
+            let Some(record) = trees.get_mut(&tree).and_then(|e| e.records.iter_mut().find(|r| r.seq == seq)) else {
+                return false;
+            };
+            let mut bytes = record.body.to_vec();
+            edit(&mut bytes);
+            record.body = bytes.into();
+            true
+        })
+        .unwrap_or(false)
+    }
+}
+
+impl Store for MemoryStore {
+    fn acquire(&self, request: AcquireRequest) -> BoxFuture<'_, Result<Acquired, StoreError>> {
+        let result = self.with(|trees| {
+            let entry = trees.entry(request.tree).or_default();
+            if let Some(lease) = &entry.lease
+                && lease.until > request.now
+                && lease.owner != request.owner
+                && !request.force
+            {
+                return Acquired::LeaseHeld {
+                    owner: lease.owner.clone(),
+                    until: lease.until,
+                };
+            }
+            entry.last_token += 1;
+            let lease = Lease {
+                token: entry.last_token,
+                owner: request.owner.clone(),
+                until: request.now.plus(request.ttl),
+            };
+            entry.lease = Some(lease.clone());
+            Acquired::Granted {
+                lease,
+                load: entry.load(),
+            }
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn load(&self, tree: TreeId) -> BoxFuture<'_, Result<TreeLoad, StoreError>> {
+        let result = self.with(|trees| trees.get(&tree).map(Entry::load).unwrap_or_default());
+        Box::pin(std::future::ready(result))
+    }
+
+    fn append(&self, batch: Vec<Append>) -> BoxFuture<'_, Result<Vec<AppendOutcome>, StoreError>> {
+        let result = self.with(|trees| {
+            batch
+                .into_iter()
+                .map(|append| match trees.get_mut(&append.tree) {
+                    Some(entry) => entry.append(append),
+                    None => AppendOutcome::Fenced,
+                })
+                .collect()
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn write_snapshot(&self, tree: TreeId, token: u64, snapshot: Snapshot) -> BoxFuture<'_, Result<AppendOutcome, StoreError>> {
+        let keep_history = self.keep_history;
+        let result = self.with(|trees| {
+            let Some(entry) = trees.get_mut(&tree).filter(|e| e.token_is_current(token)) else {
+                return AppendOutcome::Fenced;
+            };
+            let (head, _) = entry.head();
+            let covered = entry.records.iter().find(|r| r.seq == snapshot.seq).map(|r| r.hash);
+            if snapshot.seq > head || covered.is_some_and(|hash| hash != snapshot.head) {
+                return AppendOutcome::Conflict { head };
+            }
+            if !keep_history {
+                entry.records.retain(|record| record.seq > snapshot.seq);
+            }
+            entry.snapshot = Some(snapshot);
+            AppendOutcome::Committed
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn renew(&self, tree: TreeId, token: u64, until: Timestamp) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let result = self.with(|trees| match trees.get_mut(&tree).and_then(|e| e.lease.as_mut()) {
+            Some(lease) if lease.token == token => {
+                lease.until = until;
+                true
+            }
+            _ => false,
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn release(&self, tree: TreeId, token: u64) -> BoxFuture<'_, Result<(), StoreError>> {
+        let result = self.with(|trees| {
+            if let Some(entry) = trees.get_mut(&tree)
+                && entry.token_is_current(token)
+            {
+                entry.lease = None;
+            }
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn list(&self, filter: ListFilter) -> BoxFuture<'_, Result<Vec<TreeMeta>, StoreError>> {
+        let result = self.with(|trees| {
+            trees
+                .values()
+                .filter_map(|entry| entry.meta.clone())
+                .filter(|meta| filter.status.is_none_or(|status| meta.status == status))
+                .filter(|meta| filter.scope.as_ref().is_none_or(|scope| &meta.scope == scope))
+                .collect()
+        });
+        Box::pin(std::future::ready(result))
+    }
+}

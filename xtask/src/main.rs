@@ -1,0 +1,93 @@
+//! Project automation for the Baton workspace, run as `cargo xtask <command>`.
+//!
+//! `cargo xtask ci` is the single definition of CI: it runs every check the project has, in
+//! order, and summarizes the failures. `cargo xtask tidy` runs only the architecture and hygiene
+//! checks of [`tidy`], which plain `cargo test` also enforces through a test in that module.
+//! See `docs/development.md` for what each step does.
+
+mod ci;
+mod tidy;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+
+/// Help text printed for `cargo xtask help` and after a usage error.
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  ci [STEP...]   run the CI steps (all of them when none is named), in order:
+                 fmt, clippy, test, doctest, rustdoc, tidy
+  tidy           run the tidy checks (dependency edges, crate docs, ignored tests, manifests)
+  help           print this text";
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Dispatches the command line to a command.
+fn run() -> Result<ExitCode> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((command, rest)) = args.split_first() else {
+        println!("{USAGE}");
+        return Ok(ExitCode::FAILURE);
+    };
+    match command.as_str() {
+        "ci" => ci::run(&workspace_root()?, rest),
+        "tidy" => {
+            if !rest.is_empty() {
+                bail!("`tidy` takes no arguments\n\n{USAGE}");
+            }
+            tidy_command(&workspace_root()?)
+        }
+        "help" | "-h" | "--help" => {
+            println!("{USAGE}");
+            Ok(ExitCode::SUCCESS)
+        }
+        other => bail!("unknown command `{other}`\n\n{USAGE}"),
+    }
+}
+
+/// Runs the tidy checks and prints every violation.
+fn tidy_command(root: &Path) -> Result<ExitCode> {
+    let violations = tidy::run(root)?;
+    if violations.is_empty() {
+        println!("tidy: ok");
+        return Ok(ExitCode::SUCCESS);
+    }
+    for violation in &violations {
+        println!("{violation}");
+    }
+    println!("tidy: {} violation(s)", violations.len());
+    Ok(ExitCode::FAILURE)
+}
+
+/// The workspace root: the parent of this crate's manifest directory.
+///
+/// The path is fixed at compile time, which is exactly right for a binary that only ever runs
+/// through `cargo xtask` from its own checkout.
+pub fn workspace_root() -> Result<PathBuf> {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = manifest_dir.parent().with_context(|| {
+        format!(
+            "xtask manifest dir {} has no parent",
+            manifest_dir.display()
+        )
+    })?;
+    let manifest = root.join("Cargo.toml");
+    if !manifest.is_file() {
+        bail!(
+            "expected the workspace manifest at {}, but it is missing",
+            manifest.display()
+        );
+    }
+    Ok(root.to_path_buf())
+}

@@ -1,0 +1,754 @@
+//! Tidy checks: the architecture and hygiene rules of the workspace, as executable code.
+//!
+//! The rules (STYLE "Layering is executable"):
+//! - every dependency edge between workspace crates is one [`ARCHITECTURE`] allows;
+//! - every library crate starts its root file with a `//!` crate doc comment;
+//! - no `.rs` file of a workspace member carries the attribute that skips a test;
+//! - every member manifest takes each dependency from the workspace (`workspace = true`) and
+//!   inherits the workspace lints (`[lints]` with `workspace = true`).
+//!
+//! `cargo xtask tidy` and the `tidy` step of `cargo xtask ci` call [`run`]; so does the test
+//! `workspace_is_tidy` below, which makes plain `cargo test` enforce the same rules.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+/// Allowed normal (and build) dependency edges between workspace crates.
+///
+/// This is the table of ARCHITECTURE §1 (the design brief) as recorded in `docs/architecture.md`;
+/// change both together. Each entry is `(crate, workspace crates it may depend on)`. A workspace
+/// crate missing here is a tidy failure. Dev-dependencies may add [`TESTKIT`] and nothing else.
+pub const ARCHITECTURE: &[(&str, &[&str])] = &[
+    // The kernel knows nothing of any other crate.
+    ("baton-run", &[]),
+    // Strategy crates, store backends and the testkit build on the kernel only.
+    ("baton-workflow", &["baton-run"]),
+    ("baton-coordination", &["baton-run"]),
+    ("baton-team", &["baton-run"]),
+    ("baton-testkit", &["baton-run"]),
+    ("baton-store-sqlite", &["baton-run"]),
+    ("baton-store-postgres", &["baton-run"]),
+    // The agent adapter is a three-stage workflow.
+    ("baton-agent", &["baton-run", "baton-workflow"]),
+    // The facade re-exports every library and nothing else.
+    (
+        "baton",
+        &[
+            "baton-run",
+            "baton-workflow",
+            "baton-coordination",
+            "baton-team",
+            "baton-agent",
+            "baton-store-sqlite",
+            "baton-store-postgres",
+        ],
+    ),
+    // Applications and workspace scenarios go through the facade (plus the testkit).
+    ("baton-cli", &["baton", "baton-testkit"]),
+    ("baton-bench", &["baton", "baton-testkit"]),
+    ("baton-tests", &["baton", "baton-testkit"]),
+    // Tooling depends on no workspace crate.
+    ("xtask", &[]),
+];
+
+/// The one crate any workspace crate may add as a dev-dependency beyond its normal edges.
+pub const TESTKIT: &str = "baton-testkit";
+
+/// The attribute that skips a test, built at compile time from pieces so this file does not
+/// contain it and trip its own check.
+const IGNORE_ATTRIBUTE: &str = concat!("#[", "ignore");
+
+/// Manifest sections that list dependencies.
+const DEPENDENCY_SECTIONS: &[&str] = &["dependencies", "dev-dependencies", "build-dependencies"];
+
+/// One broken rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The crate or file that breaks the rule.
+    pub subject: String,
+    /// Short name of the rule.
+    pub rule: &'static str,
+    /// What is wrong and how to fix it.
+    pub detail: String,
+}
+
+impl Violation {
+    /// Builds a violation.
+    fn new(subject: impl Into<String>, rule: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            subject: subject.into(),
+            rule,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "tidy [{}] {}: {}", self.rule, self.subject, self.detail)
+    }
+}
+
+/// Kind of a dependency as `cargo metadata` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DepKind {
+    /// A normal or build dependency; both are bound by [`ARCHITECTURE`].
+    Normal,
+    /// A dev-dependency.
+    Dev,
+}
+
+/// A dependency of a workspace member on another workspace member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edge {
+    /// Package name of the dependency.
+    pub to: String,
+    /// How it is depended on.
+    pub kind: DepKind,
+}
+
+/// A workspace member, as far as tidy cares.
+#[derive(Debug, Clone)]
+pub struct Member {
+    /// Package name.
+    pub name: String,
+    /// Path of its `Cargo.toml`.
+    pub manifest_path: PathBuf,
+    /// Root source file of its library target, if it has one.
+    pub lib_root: Option<PathBuf>,
+    /// Its dependencies on other workspace members.
+    pub edges: Vec<Edge>,
+}
+
+impl Member {
+    /// Directory holding the member's manifest.
+    fn dir(&self) -> Result<&Path> {
+        self.manifest_path.parent().with_context(|| {
+            format!(
+                "manifest path {} has no parent",
+                self.manifest_path.display()
+            )
+        })
+    }
+}
+
+/// Runs every tidy check on the workspace at `root` and returns the violations, sorted.
+pub fn run(root: &Path) -> Result<Vec<Violation>> {
+    let metadata = cargo_metadata(root)?;
+    let members = members(&metadata)?;
+    let mut violations = check_edges(&members);
+    for member in &members {
+        let manifest = read(&member.manifest_path)?;
+        violations.extend(check_manifest(
+            &display_path(root, &member.manifest_path),
+            &manifest,
+        ));
+        if let Some(lib_root) = &member.lib_root {
+            let source = read(lib_root)?;
+            violations.extend(check_crate_doc(
+                &member.name,
+                &display_path(root, lib_root),
+                &source,
+            ));
+        }
+    }
+    for file in rust_files(&members)? {
+        let source = read(&file)?;
+        violations.extend(check_no_ignore(&display_path(root, &file), &source));
+    }
+    Ok(violations)
+}
+
+/// Runs `cargo metadata --format-version 1 --no-deps` in `root`.
+fn cargo_metadata(root: &Path) -> Result<Value> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(&cargo)
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(root)
+        .output()
+        .with_context(|| format!("failed to run `{} metadata`", cargo.to_string_lossy()))?;
+    if !output.status.success() {
+        bail!(
+            "`cargo metadata` failed ({}):\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    serde_json::from_slice(&output.stdout).context("`cargo metadata` printed invalid JSON")
+}
+
+/// Extracts the workspace members, sorted by name, from `cargo metadata --no-deps` output.
+pub fn members(metadata: &Value) -> Result<Vec<Member>> {
+    let packages = metadata["packages"]
+        .as_array()
+        .context("cargo metadata has no `packages` array")?;
+    let names: BTreeSet<&str> = packages
+        .iter()
+        .map(|package| package["name"].as_str().context("a package has no name"))
+        .collect::<Result<_>>()?;
+    let mut members = Vec::with_capacity(packages.len());
+    for package in packages {
+        let name = package["name"].as_str().context("a package has no name")?;
+        let manifest_path = package["manifest_path"]
+            .as_str()
+            .with_context(|| format!("package `{name}` has no manifest_path"))?;
+        let mut edges = Vec::new();
+        for dependency in package["dependencies"].as_array().into_iter().flatten() {
+            let to = dependency["name"]
+                .as_str()
+                .with_context(|| format!("a dependency of `{name}` has no name"))?;
+            if !names.contains(to) {
+                continue;
+            }
+            let kind = match dependency["kind"].as_str() {
+                None | Some("normal" | "build") => DepKind::Normal,
+                Some("dev") => DepKind::Dev,
+                Some(other) => {
+                    bail!("dependency `{to}` of `{name}` has unknown kind `{other}`")
+                }
+            };
+            edges.push(Edge {
+                to: to.to_owned(),
+                kind,
+            });
+        }
+        let lib_root = package["targets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|target| {
+                target["kind"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|kind| kind.as_str().is_some_and(is_library_kind))
+            })
+            .and_then(|target| target["src_path"].as_str())
+            .map(PathBuf::from);
+        members.push(Member {
+            name: name.to_owned(),
+            manifest_path: PathBuf::from(manifest_path),
+            lib_root,
+            edges,
+        });
+    }
+    members.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(members)
+}
+
+/// Whether a cargo target kind is a library.
+fn is_library_kind(kind: &str) -> bool {
+    matches!(
+        kind,
+        "lib" | "rlib" | "dylib" | "cdylib" | "staticlib" | "proc-macro"
+    )
+}
+
+/// The architecture table as a map from crate to its allowed normal dependencies.
+fn architecture() -> BTreeMap<&'static str, &'static [&'static str]> {
+    ARCHITECTURE.iter().copied().collect()
+}
+
+/// Checks every edge between workspace crates against [`ARCHITECTURE`].
+pub fn check_edges(members: &[Member]) -> Vec<Violation> {
+    let table = architecture();
+    let mut violations = Vec::new();
+    for member in members {
+        let Some(allowed) = table.get(member.name.as_str()) else {
+            violations.push(Violation::new(
+                &member.name,
+                "architecture",
+                "unknown crate: add it to the architecture table (`ARCHITECTURE` in \
+                 xtask/src/tidy.rs and docs/architecture.md)",
+            ));
+            continue;
+        };
+        for edge in &member.edges {
+            let normally_allowed = allowed.contains(&edge.to.as_str());
+            match edge.kind {
+                DepKind::Normal if !normally_allowed => violations.push(Violation::new(
+                    &member.name,
+                    "architecture",
+                    format!(
+                        "depends on `{}`, which ARCHITECTURE §1 does not allow; allowed: {}",
+                        edge.to,
+                        describe(allowed)
+                    ),
+                )),
+                DepKind::Dev if !normally_allowed && edge.to != TESTKIT => {
+                    violations.push(Violation::new(
+                        &member.name,
+                        "architecture",
+                        format!(
+                            "dev-depends on `{}`; dev-dependencies may add only `{TESTKIT}` to \
+                             the allowed edges ({})",
+                            edge.to,
+                            describe(allowed)
+                        ),
+                    ));
+                }
+                DepKind::Normal | DepKind::Dev => {}
+            }
+        }
+    }
+    violations
+}
+
+/// Lists allowed crates for a message.
+fn describe(allowed: &[&str]) -> String {
+    if allowed.is_empty() {
+        "no workspace crate".to_owned()
+    } else {
+        allowed
+            .iter()
+            .map(|name| format!("`{name}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Checks that a library's root file starts with a `//!` crate doc comment.
+pub fn check_crate_doc(name: &str, path: &str, source: &str) -> Vec<Violation> {
+    let first = source.lines().map(str::trim).find(|line| !line.is_empty());
+    if first.is_some_and(|line| line.starts_with("//!")) {
+        return Vec::new();
+    }
+    vec![Violation::new(
+        format!("{name} ({path})"),
+        "crate-doc",
+        "a library must start with a `//!` crate doc comment: what it owns, who depends on it, \
+         what it knows nothing about",
+    )]
+}
+
+/// Checks that a Rust source file has no attribute that skips a test.
+pub fn check_no_ignore(path: &str, source: &str) -> Vec<Violation> {
+    source
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| line.contains(IGNORE_ATTRIBUTE))
+        .map(|(index, _)| {
+            Violation::new(
+                format!("{path}:{}", index + 1),
+                "no-ignore",
+                format!(
+                    "`{IGNORE_ATTRIBUTE}]` hides a test from CI; fix the test, gate it on a \
+                     feature or delete it"
+                ),
+            )
+        })
+        .collect()
+}
+
+/// What the line scanner is inside of.
+enum Section {
+    /// A dependency list such as `[dependencies]`: dependency name → (first line, inherits).
+    Dependencies(BTreeMap<String, (usize, bool)>),
+    /// One dependency as its own table, such as `[dependencies.foo]`.
+    DependencyTable {
+        /// Dependency name.
+        name: String,
+        /// Line of the section header.
+        line: usize,
+        /// Whether `workspace = true` was seen.
+        inherits: bool,
+    },
+    /// The `[lints]` section.
+    Lints,
+    /// Any other section.
+    Other,
+}
+
+/// Checks a member manifest: dependencies come from the workspace and lints are inherited.
+///
+/// TOML is scanned line by line, which is enough for manifests in this workspace's style.
+pub fn check_manifest(path: &str, text: &str) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    let mut section = Section::Other;
+    let mut lints_inherited = false;
+    for (index, raw) in text.lines().enumerate() {
+        let line = strip_comment(raw).trim();
+        if line.is_empty() {
+            continue;
+        }
+        if line.starts_with('[') {
+            close_section(path, section, &mut violations);
+            section = open_section(line, index + 1);
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else {
+            // Continuation of a multi-line array value.
+            continue;
+        };
+        let key = key.trim().trim_matches('"');
+        let value = value.trim();
+        match &mut section {
+            Section::Dependencies(dependencies) => {
+                let (name, inherits) = match key.split_once('.') {
+                    Some((name, "workspace")) => (name, value == "true"),
+                    Some((name, _)) => (name, false),
+                    None => (key, inline_table_inherits(value)),
+                };
+                let entry = dependencies
+                    .entry(name.trim_matches('"').to_owned())
+                    .or_insert((index + 1, false));
+                entry.1 |= inherits;
+            }
+            Section::DependencyTable { inherits, .. } => {
+                if key == "workspace" && value == "true" {
+                    *inherits = true;
+                }
+            }
+            Section::Lints => {
+                if key == "workspace" && value == "true" {
+                    lints_inherited = true;
+                }
+            }
+            Section::Other => {}
+        }
+    }
+    close_section(path, section, &mut violations);
+    if !lints_inherited {
+        violations.push(Violation::new(
+            path,
+            "workspace-lints",
+            "the manifest must contain `[lints]` with `workspace = true`",
+        ));
+    }
+    violations
+}
+
+/// Classifies a section header line such as `[dev-dependencies]` or `[dependencies.foo]`.
+fn open_section(header: &str, line: usize) -> Section {
+    if header.starts_with("[[") {
+        return Section::Other;
+    }
+    let name = header.trim_start_matches('[').trim_end_matches(']').trim();
+    if name == "lints" {
+        return Section::Lints;
+    }
+    for section in DEPENDENCY_SECTIONS {
+        // `[dependencies]` or `[target.'cfg(unix)'.dependencies]`.
+        if name == *section || name.ends_with(&format!(".{section}")) {
+            return Section::Dependencies(BTreeMap::new());
+        }
+        // `[dependencies.foo]` or `[target.'cfg(unix)'.dependencies.foo]`.
+        let prefix = format!("{section}.");
+        let dependency = name.strip_prefix(&prefix).or_else(|| {
+            name.split_once(&format!(".{prefix}"))
+                .map(|(_, dependency)| dependency)
+        });
+        if let Some(dependency) = dependency {
+            return Section::DependencyTable {
+                name: dependency.trim_matches('"').to_owned(),
+                line,
+                inherits: false,
+            };
+        }
+    }
+    Section::Other
+}
+
+/// Reports dependencies of a finished section that do not inherit from the workspace.
+fn close_section(path: &str, section: Section, violations: &mut Vec<Violation>) {
+    let pinned: Vec<(String, usize)> = match section {
+        Section::Dependencies(dependencies) => dependencies
+            .into_iter()
+            .filter(|(_, (_, inherits))| !inherits)
+            .map(|(name, (line, _))| (name, line))
+            .collect(),
+        Section::DependencyTable {
+            name,
+            line,
+            inherits: false,
+        } => vec![(name, line)],
+        Section::DependencyTable { .. } | Section::Lints | Section::Other => Vec::new(),
+    };
+    for (name, line) in pinned {
+        violations.push(Violation::new(
+            format!("{path}:{line}"),
+            "workspace-dependency",
+            format!(
+                "dependency `{name}` must use `workspace = true` (declare the version once in \
+                 the root `[workspace.dependencies]`)"
+            ),
+        ));
+    }
+}
+
+/// Whether an inline-table value such as `{ workspace = true, features = ["x"] }` inherits.
+fn inline_table_inherits(value: &str) -> bool {
+    let compact: String = value.chars().filter(|c| !c.is_whitespace()).collect();
+    compact.starts_with('{')
+        && compact
+            .trim_start_matches('{')
+            .trim_end_matches('}')
+            .split(',')
+            .any(|pair| pair == "workspace=true")
+}
+
+/// Cuts a `#` comment off a TOML line, leaving `#` inside strings alone.
+fn strip_comment(line: &str) -> &str {
+    let mut quote = None;
+    for (index, c) in line.char_indices() {
+        match (quote, c) {
+            (None, '#') => return &line[..index],
+            (None, '"' | '\'') => quote = Some(c),
+            (Some(open), _) if c == open => quote = None,
+            _ => {}
+        }
+    }
+    line
+}
+
+/// Every `.rs` file under the members' directories, skipping `target` and hidden directories.
+fn rust_files(members: &[Member]) -> Result<BTreeSet<PathBuf>> {
+    let mut files = BTreeSet::new();
+    for member in members {
+        collect_rust_files(member.dir()?, &mut files)?;
+    }
+    Ok(files)
+}
+
+/// Adds the `.rs` files under `dir` to `files`.
+fn collect_rust_files(dir: &Path, files: &mut BTreeSet<PathBuf>) -> Result<()> {
+    let entries = fs::read_dir(dir).with_context(|| format!("failed to list {}", dir.display()))?;
+    for entry in entries {
+        let entry = entry.with_context(|| format!("failed to list {}", dir.display()))?;
+        let path = entry.path();
+        let file_type = entry
+            .file_type()
+            .with_context(|| format!("failed to stat {}", path.display()))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if file_type.is_dir() {
+            if name != "target" && !name.starts_with('.') {
+                collect_rust_files(&path, files)?;
+            }
+        } else if file_type.is_file() && name.ends_with(".rs") {
+            files.insert(path);
+        }
+    }
+    Ok(())
+}
+
+/// Reads a text file.
+fn read(path: &Path) -> Result<String> {
+    fs::read_to_string(path).with_context(|| format!("failed to read {}", path.display()))
+}
+
+/// A path relative to the workspace root, for messages.
+fn display_path(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The real workspace passes every tidy rule; this is what makes plain `cargo test`
+    /// enforce them.
+    #[test]
+    fn workspace_is_tidy() {
+        let root = crate::workspace_root().expect("the workspace root is found");
+        let violations = run(&root).expect("tidy can inspect the workspace");
+        let report: Vec<String> = violations.iter().map(ToString::to_string).collect();
+        assert!(
+            violations.is_empty(),
+            "tidy found violations:\n{}",
+            report.join("\n")
+        );
+    }
+
+    /// A synthetic package: its name and its dependencies as `(name, kind)`.
+    type Package<'a> = (&'a str, &'a [(&'a str, Option<&'a str>)]);
+
+    /// Builds synthetic `cargo metadata --no-deps` output.
+    fn metadata(packages: &[Package<'_>]) -> Value {
+        let packages: Vec<Value> = packages
+            .iter()
+            .map(|(name, dependencies)| {
+                let dependencies: Vec<Value> = dependencies
+                    .iter()
+                    .map(|(dependency, kind)| {
+                        serde_json::json!({ "name": dependency, "kind": kind, "req": "*" })
+                    })
+                    .collect();
+                serde_json::json!({
+                    "name": name,
+                    "manifest_path": format!("/ws/crates/{name}/Cargo.toml"),
+                    "dependencies": dependencies,
+                    "targets": [{
+                        "kind": ["lib"],
+                        "name": name,
+                        "src_path": format!("/ws/crates/{name}/src/lib.rs"),
+                    }],
+                })
+            })
+            .collect();
+        serde_json::json!({ "packages": packages, "workspace_root": "/ws" })
+    }
+
+    fn edge_violations(packages: &[Package<'_>]) -> Vec<Violation> {
+        let members = members(&metadata(packages)).expect("synthetic metadata parses");
+        check_edges(&members)
+    }
+
+    #[test]
+    fn allowed_edges_pass() {
+        let violations = edge_violations(&[
+            (
+                "baton-run",
+                &[("serde", None), ("baton-testkit", Some("dev"))],
+            ),
+            ("baton-testkit", &[("baton-run", None)]),
+            ("baton", &[("baton-run", None)]),
+            (
+                "baton-tests",
+                &[("baton", None), ("baton-testkit", None), ("tokio", None)],
+            ),
+            ("xtask", &[("anyhow", None)]),
+        ]);
+        assert_eq!(violations, Vec::new());
+    }
+
+    #[test]
+    fn forbidden_normal_edge_fails() {
+        let violations = edge_violations(&[
+            ("baton-run", &[("baton", None)]),
+            ("baton", &[("baton-run", None)]),
+        ]);
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert_eq!(violations[0].subject, "baton-run");
+        assert!(violations[0].detail.contains("depends on `baton`"));
+    }
+
+    #[test]
+    fn build_dependency_is_bound_like_a_normal_one() {
+        let violations = edge_violations(&[
+            ("baton-run", &[]),
+            ("baton-tests", &[("baton-run", Some("build"))]),
+        ]);
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert_eq!(violations[0].subject, "baton-tests");
+    }
+
+    #[test]
+    fn dev_dependencies_may_add_only_the_testkit() {
+        let violations = edge_violations(&[
+            ("baton-run", &[]),
+            ("baton-testkit", &[("baton-run", None)]),
+            ("baton", &[("baton-run", None)]),
+            (
+                "baton-workflow",
+                &[
+                    ("baton-run", Some("dev")),
+                    ("baton-testkit", Some("dev")),
+                    ("baton", Some("dev")),
+                ],
+            ),
+        ]);
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert_eq!(violations[0].subject, "baton-workflow");
+        assert!(violations[0].detail.contains("dev-depends on `baton`"));
+    }
+
+    #[test]
+    fn unknown_crate_fails() {
+        let violations = edge_violations(&[("baton-magic", &[])]);
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert!(violations[0].detail.starts_with("unknown crate"));
+    }
+
+    #[test]
+    fn crate_doc_is_required() {
+        assert!(check_crate_doc("a", "a/src/lib.rs", "\n//! Owns things.\n").is_empty());
+        assert_eq!(
+            check_crate_doc("a", "a/src/lib.rs", "// not a doc\n//! late\n").len(),
+            1
+        );
+        assert_eq!(check_crate_doc("a", "a/src/lib.rs", "").len(), 1);
+    }
+
+    #[test]
+    fn skipped_tests_are_found() {
+        let source = format!("#[test]\n{IGNORE_ATTRIBUTE} = \"slow\"]\nfn slow() {{}}\n");
+        let violations = check_no_ignore("t.rs", &source);
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert_eq!(violations[0].subject, "t.rs:2");
+        assert!(check_no_ignore("t.rs", "#[test]\nfn fast() {}\n").is_empty());
+    }
+
+    const GOOD_MANIFEST: &str = r#"
+[package]
+name = "baton-x"
+version.workspace = true
+
+[dependencies]
+baton-run.workspace = true
+serde = { workspace = true, features = ["derive"] } # comment with # inside
+tokio.workspace = true
+tokio.features = ["time"]
+
+[dev-dependencies]
+proptest = { workspace = true }
+
+[target.'cfg(unix)'.dependencies.libc]
+workspace = true
+
+[lints]
+workspace = true
+"#;
+
+    #[test]
+    fn inherited_dependencies_and_lints_pass() {
+        assert_eq!(check_manifest("Cargo.toml", GOOD_MANIFEST), Vec::new());
+    }
+
+    #[test]
+    fn pinned_dependencies_fail() {
+        let manifest = r#"
+[dependencies]
+serde = "1"
+tokio = { version = "1", features = ["rt"] }
+blake3.version = "1"
+anyhow.workspace = true
+
+[build-dependencies.cc]
+version = "1"
+
+[lints]
+workspace = true
+"#;
+        let violations = check_manifest("Cargo.toml", manifest);
+        let subjects: Vec<&str> = violations.iter().map(|v| v.subject.as_str()).collect();
+        assert_eq!(
+            subjects,
+            [
+                "Cargo.toml:5",
+                "Cargo.toml:3",
+                "Cargo.toml:4",
+                "Cargo.toml:8"
+            ],
+            "{violations:?}"
+        );
+        assert!(violations.iter().all(|v| v.rule == "workspace-dependency"));
+    }
+
+    #[test]
+    fn missing_workspace_lints_fail() {
+        let manifest = "[package]\nname = \"x\"\n\n[lints.rust]\nunsafe_code = \"forbid\"\n";
+        let violations = check_manifest("Cargo.toml", manifest);
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert_eq!(violations[0].rule, "workspace-lints");
+    }
+}
