@@ -217,7 +217,9 @@ impl Usage {
 /// A sorted set of capability names; meaningless to the kernel except that
 /// a child's set must be a subset of its parent's and effects may require
 /// some.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(transparent)]
 pub struct Capabilities(BTreeSet<Name>);
 
@@ -260,10 +262,19 @@ mod tests {
 
     #[test]
     fn quota_json_keeps_zero_and_unlimited_apart() {
-        assert_eq!(serde_json::to_string(&Quota::Unlimited).expect("ok"), "null");
+        assert_eq!(
+            serde_json::to_string(&Quota::Unlimited).expect("ok"),
+            "null"
+        );
         assert_eq!(serde_json::to_string(&Quota::Finite(0)).expect("ok"), "0");
-        assert_eq!(serde_json::from_str::<Quota>("0").expect("ok"), Quota::Finite(0));
-        assert_eq!(serde_json::from_str::<Quota>("null").expect("ok"), Quota::Unlimited);
+        assert_eq!(
+            serde_json::from_str::<Quota>("0").expect("ok"),
+            Quota::Finite(0)
+        );
+        assert_eq!(
+            serde_json::from_str::<Quota>("null").expect("ok"),
+            Quota::Unlimited
+        );
         assert!(serde_json::from_str::<Quota>("-1").is_err());
     }
 

@@ -9,7 +9,20 @@ use serde::{Deserialize, Serialize};
 use crate::program::BoxFuture;
 
 /// Milliseconds since the Unix epoch.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(transparent)]
 pub struct Timestamp(pub u64);
 
@@ -21,7 +34,10 @@ impl Timestamp {
 
     /// This instant plus a duration (saturating).
     pub fn plus(self, duration: Duration) -> Timestamp {
-        Timestamp(self.0.saturating_add(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)))
+        Timestamp(
+            self.0
+                .saturating_add(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)),
+        )
     }
 
     /// Time from `self` until `later` (zero if `later` is not later).
@@ -57,7 +73,10 @@ impl fmt::Debug for dyn Clock {
 pub struct SystemClock;
 
 impl Clock for SystemClock {
-    #[expect(clippy::disallowed_methods, reason = "the system clock is the one sanctioned reader of wall time")]
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the system clock is the one sanctioned reader of wall time"
+    )]
     fn now(&self) -> Timestamp {
         let since = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -73,7 +92,10 @@ impl Clock for SystemClock {
                 if now >= deadline {
                     return;
                 }
-                #[expect(clippy::disallowed_methods, reason = "the system clock sleeps on tokio's timer")]
+                #[expect(
+                    clippy::disallowed_methods,
+                    reason = "the system clock sleeps on tokio's timer"
+                )]
                 tokio::time::sleep(now.until(deadline)).await;
             }
         })

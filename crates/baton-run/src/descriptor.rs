@@ -47,8 +47,10 @@ pub struct SchemaViolation {
 impl Schema {
     /// Compiles a schema given as a payload.
     pub fn new(json: Payload) -> Result<Schema, SchemaError> {
-        let validator = jsonschema::draft202012::new(&json.to_value()).map_err(|error| SchemaError::Invalid {
-            message: error.to_string(),
+        let validator = jsonschema::draft202012::new(&json.to_value()).map_err(|error| {
+            SchemaError::Invalid {
+                message: error.to_string(),
+            }
         })?;
         Ok(Schema {
             json,
@@ -63,8 +65,9 @@ impl Schema {
 
     /// The schema schemars derives for `T`.
     pub fn of<T: schemars::JsonSchema>() -> Schema {
-        let schema = schemars::SchemaGenerator::new(schemars::generate::SchemaSettings::draft2020_12())
-            .into_root_schema_for::<T>();
+        let schema =
+            schemars::SchemaGenerator::new(schemars::generate::SchemaSettings::draft2020_12())
+                .into_root_schema_for::<T>();
         let value = serde_json::to_value(&schema).expect("a derived schema is JSON");
         Schema::new(Payload::from_value(&value).expect("a derived schema is small JSON"))
             .expect("schemars derives valid draft 2020-12 schemas")
@@ -72,12 +75,14 @@ impl Schema {
 
     /// The schema `true`: accepts every value.
     pub fn any() -> Schema {
-        Schema::new(Payload::from_value(&Value::Bool(true)).expect("true encodes")).expect("true compiles")
+        Schema::new(Payload::from_value(&Value::Bool(true)).expect("true encodes"))
+            .expect("true compiles")
     }
 
     /// The schema `false`: rejects every value.
     pub fn reject_all() -> Schema {
-        Schema::new(Payload::from_value(&Value::Bool(false)).expect("false encodes")).expect("false compiles")
+        Schema::new(Payload::from_value(&Value::Bool(false)).expect("false encodes"))
+            .expect("false compiles")
     }
 
     /// The canonical schema JSON.
@@ -189,8 +194,13 @@ impl TryFrom<DescriptorWire> for Descriptor {
     type Error = DescriptorError;
 
     fn try_from(wire: DescriptorWire) -> Result<Self, DescriptorError> {
-        Descriptor::new(wire.name.as_str(), wire.description, wire.input_schema, wire.output_schema)
-            .map(|descriptor| descriptor.with_signal_schema(wire.signal_schema))
+        Descriptor::new(
+            wire.name.as_str(),
+            wire.description,
+            wire.input_schema,
+            wire.output_schema,
+        )
+        .map(|descriptor| descriptor.with_signal_schema(wire.signal_schema))
     }
 }
 
@@ -208,7 +218,9 @@ impl Descriptor {
         let name = Name::new(name)?;
         let description = description.into();
         if description.is_empty() || description.len() > Self::MAX_DESCRIPTION {
-            return Err(DescriptorError::Description { len: description.len() });
+            return Err(DescriptorError::Description {
+                len: description.len(),
+            });
         }
         Ok(Descriptor {
             name,
@@ -266,29 +278,55 @@ impl Descriptor {
 
     /// Validates an input: a `contract` failure `execution.input.invalid` naming the path.
     pub fn check_input(&self, input: &Payload) -> Result<(), Failure> {
-        check(&self.input_schema, input, "execution.input.invalid", "input", &self.name)
+        check(
+            &self.input_schema,
+            input,
+            "execution.input.invalid",
+            "input",
+            &self.name,
+        )
     }
 
     /// Validates an output: a `contract` failure `execution.output.invalid` naming the path.
     pub fn check_output(&self, output: &Payload) -> Result<(), Failure> {
-        check(&self.output_schema, output, "execution.output.invalid", "output", &self.name)
+        check(
+            &self.output_schema,
+            output,
+            "execution.output.invalid",
+            "output",
+            &self.name,
+        )
     }
 
     /// Validates an unaddressed signal: `engine.signal.rejected` naming the path.
     pub fn check_signal(&self, payload: &Payload) -> Result<(), Failure> {
-        check(&self.signal_schema, payload, "engine.signal.rejected", "unaddressed signal", &self.name)
+        check(
+            &self.signal_schema,
+            payload,
+            "engine.signal.rejected",
+            "unaddressed signal",
+            &self.name,
+        )
     }
 }
 
-fn check(schema: &Schema, payload: &Payload, code: &str, what: &str, name: &Name) -> Result<(), Failure> {
-    schema
-        .validate(payload)
-        .map_err(|violation| Failure::contract(code, format!("{what} of {name} rejected: {violation}")))
+fn check(
+    schema: &Schema,
+    payload: &Payload,
+    code: &str,
+    what: &str,
+    name: &Name,
+) -> Result<(), Failure> {
+    schema.validate(payload).map_err(|violation| {
+        Failure::contract(code, format!("{what} of {name} rejected: {violation}"))
+    })
 }
 
 impl fmt::Debug for Descriptor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Descriptor").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("Descriptor")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -306,7 +344,8 @@ mod tests {
 
     #[test]
     fn violation_names_the_path() {
-        let descriptor = Descriptor::typed::<Order, String>("shop.order", "Place an order.").expect("valid");
+        let descriptor =
+            Descriptor::typed::<Order, String>("shop.order", "Place an order.").expect("valid");
         let bad = Payload::parse_str(r#"{"item":"tea","quantity":"two"}"#).expect("json");
         let failure = descriptor.check_input(&bad).expect_err("rejected");
         assert_eq!(failure.kind, crate::FailureKind::Contract);
@@ -334,7 +373,8 @@ mod tests {
         let a = Descriptor::typed::<String, String>("a.b", "x").expect("valid");
         let b = Descriptor::typed::<String, u32>("a.b", "x").expect("valid");
         assert_ne!(a.digest(), b.digest());
-        let round: Descriptor = serde_json::from_str(&serde_json::to_string(&a).expect("ser")).expect("de");
+        let round: Descriptor =
+            serde_json::from_str(&serde_json::to_string(&a).expect("ser")).expect("de");
         assert_eq!(round.digest(), a.digest());
     }
 }

@@ -8,7 +8,19 @@ use crate::ids::{EffectId, Name};
 use crate::payload::Payload;
 
 /// The class of a failure. Retryability is deliberately not a kind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum FailureKind {
     /// The program or engine could not carry out the work.
@@ -62,11 +74,18 @@ impl Failure {
             message.truncate(cut);
         }
         match Name::new(code) {
-            Ok(code) => Failure { kind, code, message },
+            Ok(code) => Failure {
+                kind,
+                code,
+                message,
+            },
             Err(_) => Failure {
                 kind,
                 code: Name::new("engine.failure.invalid").expect("static code is valid"),
-                message: format!("invalid failure code {:?}: {message}", code.chars().take(80).collect::<String>()),
+                message: format!(
+                    "invalid failure code {:?}: {message}",
+                    code.chars().take(80).collect::<String>()
+                ),
             },
         }
     }
@@ -114,7 +133,10 @@ impl StepError {
 
     /// An unclassified error: `execution.step.failed`.
     pub fn other(message: impl fmt::Display) -> StepError {
-        StepError(Failure::execution("execution.step.failed", message.to_string()))
+        StepError(Failure::execution(
+            "execution.step.failed",
+            message.to_string(),
+        ))
     }
 
     /// The failure this error records.
@@ -131,12 +153,27 @@ impl From<Failure> for StepError {
 
 impl From<crate::payload::PayloadError> for StepError {
     fn from(error: crate::payload::PayloadError) -> StepError {
-        StepError(Failure::contract("execution.payload.invalid", error.to_string()))
+        StepError(Failure::contract(
+            "execution.payload.invalid",
+            error.to_string(),
+        ))
     }
 }
 
 /// The lifecycle status of a process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// Stepping or advancing effects.
@@ -275,11 +312,17 @@ impl TryFrom<TerminationWire> for Termination {
 
     fn try_from(wire: TerminationWire) -> Result<Self, String> {
         if wire.cause.status() != wire.status {
-            return Err(format!("status {} does not follow from cause {}", wire.status, wire.cause));
+            return Err(format!(
+                "status {} does not follow from cause {}",
+                wire.status, wire.cause
+            ));
         }
         let completed = wire.status == Status::Completed;
         if completed != wire.output.is_some() || completed == wire.failure.is_some() {
-            return Err("a completed termination carries exactly an output, any other exactly a failure".into());
+            return Err(
+                "a completed termination carries exactly an output, any other exactly a failure"
+                    .into(),
+            );
         }
         Ok(Termination {
             status: wire.status,
@@ -306,7 +349,11 @@ impl Termination {
     /// Ended by `cause` (anything but completion) with `failure` describing it.
     pub fn ended(cause: Cause, failure: Failure) -> Termination {
         debug_assert!(cause != Cause::Completion, "completion carries an output");
-        let cause = if cause == Cause::Completion { Cause::Failure } else { cause };
+        let cause = if cause == Cause::Completion {
+            Cause::Failure
+        } else {
+            cause
+        };
         Termination {
             status: cause.status(),
             cause,
@@ -373,16 +420,30 @@ mod tests {
     fn failure_message_is_bounded_and_code_checked() {
         let failure = Failure::execution("engine.limit.steps", "é".repeat(2000));
         assert!(failure.message.len() <= Failure::MAX_MESSAGE);
-        assert_eq!(Failure::execution("Bad Code", "x").code(), "engine.failure.invalid");
+        assert_eq!(
+            Failure::execution("Bad Code", "x").code(),
+            "engine.failure.invalid"
+        );
     }
 
     #[test]
     fn termination_json_is_validated() {
         let ok = Termination::completed(Payload::null());
         let text = serde_json::to_string(&ok).expect("serializes");
-        assert_eq!(serde_json::from_str::<Termination>(&text).expect("parses"), ok);
-        assert!(serde_json::from_str::<Termination>(r#"{"status":"failed","cause":"completion","output":1}"#).is_err());
-        assert!(serde_json::from_str::<Termination>(r#"{"status":"completed","cause":"completion"}"#).is_err());
+        assert_eq!(
+            serde_json::from_str::<Termination>(&text).expect("parses"),
+            ok
+        );
+        assert!(
+            serde_json::from_str::<Termination>(
+                r#"{"status":"failed","cause":"completion","output":1}"#
+            )
+            .is_err()
+        );
+        assert!(
+            serde_json::from_str::<Termination>(r#"{"status":"completed","cause":"completion"}"#)
+                .is_err()
+        );
     }
 
     #[test]

@@ -45,14 +45,16 @@ fn check_identity(what: &'static str, text: &str) -> Result<(), IdError> {
     }
 }
 
-const NAME_RULE: &str =
-    "expected lowercase dotted segments, each starting with a letter, from a-z 0-9 _, at most 128 bytes";
+const NAME_RULE: &str = "expected lowercase dotted segments, each starting with a letter, from a-z 0-9 _, at most 128 bytes";
 
 fn check_name(what: &'static str, text: &str) -> Result<(), IdError> {
     let ok = !text.is_empty()
         && text.len() <= 128
         && text.split('.').all(|segment| {
-            segment.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
+            segment
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_lowercase())
                 && segment
                     .bytes()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
@@ -413,7 +415,11 @@ derived_id!(
 impl ProcessId {
     /// The root process named by a start id.
     pub fn root(start: &StartId) -> ProcessId {
-        ProcessId::derive(&[b"root", start.scope.as_str().as_bytes(), start.key.as_str().as_bytes()])
+        ProcessId::derive(&[
+            b"root",
+            start.scope.as_str().as_bytes(),
+            start.key.as_str().as_bytes(),
+        ])
     }
 
     /// The child of `parent` under `key`.
@@ -425,7 +431,12 @@ impl ProcessId {
 impl EffectId {
     /// The `index`-th effect declared by `process` in step `step`.
     pub fn new(process: ProcessId, step: u64, index: u32) -> EffectId {
-        EffectId::derive(&[b"effect", &process.0, &step.to_le_bytes(), &index.to_le_bytes()])
+        EffectId::derive(&[
+            b"effect",
+            &process.0,
+            &step.to_le_bytes(),
+            &index.to_le_bytes(),
+        ])
     }
 }
 
@@ -464,7 +475,10 @@ mod tests {
         let start = StartId::new("acme", "job-1").expect("valid");
         let root = ProcessId::root(&start);
         assert_eq!(root, ProcessId::root(&start));
-        assert_ne!(root, ProcessId::root(&StartId::new("other", "job-1").expect("valid")));
+        assert_ne!(
+            root,
+            ProcessId::root(&StartId::new("other", "job-1").expect("valid"))
+        );
         let text = root.to_string();
         assert!(text.starts_with("p_"));
         assert_eq!(text.parse::<ProcessId>(), Ok(root));

@@ -41,19 +41,22 @@ pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use descriptor::{Descriptor, DescriptorError, Schema, SchemaError, SchemaViolation};
 pub use digest::{Digest, DigestParseError, Purpose};
 pub use engine::{
-    ControlError, EffectView, Engine, EngineConfig, Event, EventKind, OutputError, ProcessHandle, ProcessView,
-    RecoverError, RecoverOptions, RuntimeError, SignalError, SignalReceipt, SignalRequest, StartError, StartRequest,
-    TreeCapture, TreeView, WaitView,
+    ControlError, EffectView, Engine, EngineConfig, Event, EventKind, OutputError, ProcessHandle,
+    ProcessView, RecoverError, RecoverOptions, RuntimeError, SignalError, SignalReceipt,
+    SignalRequest, StartError, StartRequest, TreeCapture, TreeView, WaitView,
 };
 pub use failure::{Cause, Failure, FailureKind, Status, StepError, Termination};
-pub use ids::{ChildKey, EffectId, IdError, Name, ProcessId, Scope, SignalId, StartId, StartKey, TreeId, WaitId};
+pub use ids::{
+    ChildKey, EffectId, IdError, Name, ProcessId, Scope, SignalId, StartId, StartKey, TreeId,
+    WaitId,
+};
 pub use payload::{Payload, PayloadError};
 pub use program::{
-    BoxFuture, Cancellation, DeltaSink, Definition, DispatchCall, Dispatcher, Effect, Execution, ExecutionState, Program,
-    ProgramConfig, ProgramRef, ReplayPolicy, Settlement, Signal, SignalBody, Transition, configuration_digest,
-    implementation_digest,
+    BoxFuture, Cancellation, Definition, DeltaSink, DispatchCall, Dispatcher, Effect, Execution,
+    ExecutionState, Program, ProgramConfig, ProgramRef, ReplayPolicy, Settlement, Signal,
+    SignalBody, Transition, configuration_digest, implementation_digest,
 };
 pub use store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, Lease, ListFilter, MemoryStore, Store, StoreError, TreeLoad, TreeMeta,
-    TreeStatus,
+    AcquireRequest, Acquired, Append, AppendOutcome, Lease, ListFilter, MemoryStore, Store,
+    StoreError, TreeLoad, TreeMeta, TreeStatus,
 };

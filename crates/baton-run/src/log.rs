@@ -241,7 +241,10 @@ impl fmt::Debug for Record {
 
 /// The chain hash of a record.
 pub fn chain_hash(seq: u64, prev: Digest, body: &[u8]) -> Digest {
-    Digest::of_parts(Purpose::LogChain, &[prev.as_bytes(), &seq.to_le_bytes(), body])
+    Digest::of_parts(
+        Purpose::LogChain,
+        &[prev.as_bytes(), &seq.to_le_bytes(), body],
+    )
 }
 
 /// Where and why a log failed verification.
@@ -258,22 +261,37 @@ pub struct VerifyError {
 /// contiguous sequence numbers, each `prev` the previous hash, each hash
 /// recomputed from the stored bytes, each body decodable with the kind it
 /// claims. Returns the head `(seq, hash)`.
-pub fn verify(after_seq: u64, after_hash: Digest, records: &[Record]) -> Result<(u64, Digest), VerifyError> {
+pub fn verify(
+    after_seq: u64,
+    after_hash: Digest,
+    records: &[Record],
+) -> Result<(u64, Digest), VerifyError> {
     let (mut seq, mut head) = (after_seq, after_hash);
     for record in records {
-        let fail = |reason: String| VerifyError { seq: record.seq, reason };
+        let fail = |reason: String| VerifyError {
+            seq: record.seq,
+            reason,
+        };
         if record.seq != seq + 1 {
             return Err(fail(format!("expected sequence {}", seq + 1)));
         }
         if record.prev != head {
-            return Err(fail("prev does not match the previous record's hash".into()));
+            return Err(fail(
+                "prev does not match the previous record's hash".into(),
+            ));
         }
         if chain_hash(record.seq, record.prev, &record.body) != record.hash {
             return Err(fail("hash does not match the record's bytes".into()));
         }
         match record.decode() {
             Ok(body) if body.kind() == record.kind => {}
-            Ok(body) => return Err(fail(format!("body is {} but the record says {}", body.kind(), record.kind))),
+            Ok(body) => {
+                return Err(fail(format!(
+                    "body is {} but the record says {}",
+                    body.kind(),
+                    record.kind
+                )));
+            }
             Err(error) => return Err(fail(format!("body does not decode: {error}"))),
         }
         seq = record.seq;

@@ -209,7 +209,10 @@ impl fmt::Debug for Payload {
         if text.len() <= SHOWN {
             write!(f, "Payload({text})")
         } else {
-            let cut = (0..=SHOWN).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+            let cut = (0..=SHOWN)
+                .rev()
+                .find(|i| text.is_char_boundary(*i))
+                .unwrap_or(0);
             write!(f, "Payload({}… {} bytes)", &text[..cut], text.len())
         }
     }
@@ -375,7 +378,10 @@ mod tests {
     #[test]
     fn typed_round_trip() {
         let payload = Payload::encode(&vec![1u32, 2, 3]).expect("encodes");
-        assert_eq!(payload.decode::<Vec<u32>>().expect("decodes"), vec![1, 2, 3]);
+        assert_eq!(
+            payload.decode::<Vec<u32>>().expect("decodes"),
+            vec![1, 2, 3]
+        );
         assert!(payload.decode::<String>().is_err());
     }
 

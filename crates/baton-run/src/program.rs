@@ -34,9 +34,12 @@ impl ExecutionState {
 
     /// Decodes a typed state; failure is `execution.state.invalid`.
     pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T, StepError> {
-        self.0
-            .decode()
-            .map_err(|error| StepError(Failure::contract("execution.state.invalid", error.to_string())))
+        self.0.decode().map_err(|error| {
+            StepError(Failure::contract(
+                "execution.state.invalid",
+                error.to_string(),
+            ))
+        })
     }
 }
 
@@ -311,7 +314,9 @@ pub struct DeltaSink {
 impl DeltaSink {
     /// A sink that drops everything.
     pub fn discard() -> DeltaSink {
-        DeltaSink { emit: Arc::new(|_| {}) }
+        DeltaSink {
+            emit: Arc::new(|_| {}),
+        }
     }
 
     /// Emits one delta.
@@ -424,12 +429,20 @@ impl ProgramRef {
 /// `env!("CARGO_PKG_NAME")` and `env!("CARGO_PKG_VERSION")`) or a
 /// caller-supplied build identity.
 pub fn implementation_digest(name: &str, version: &str) -> Digest {
-    Digest::of_parts(Purpose::Implementation, &[name.as_bytes(), version.as_bytes()])
+    Digest::of_parts(
+        Purpose::Implementation,
+        &[name.as_bytes(), version.as_bytes()],
+    )
 }
 
 /// Digest of a configuration: the canonical JSON of every configuration field.
-pub fn configuration_digest<T: Serialize + ?Sized>(configuration: &T) -> Result<Digest, crate::PayloadError> {
-    Ok(Digest::of(Purpose::Configuration, Payload::encode(configuration)?.as_bytes()))
+pub fn configuration_digest<T: Serialize + ?Sized>(
+    configuration: &T,
+) -> Result<Digest, crate::PayloadError> {
+    Ok(Digest::of(
+        Purpose::Configuration,
+        Payload::encode(configuration)?.as_bytes(),
+    ))
 }
 
 /// How to bind a definition into a program.
@@ -487,7 +500,10 @@ impl<I, O> Program<I, O> {
             descriptor.digest(),
             config.implementation,
             config.configuration,
-            children.iter().map(|child| child.reference().digest).collect(),
+            children
+                .iter()
+                .map(|child| child.reference().digest)
+                .collect(),
         );
         Program {
             inner: Arc::new(ProgramInner {
@@ -544,7 +560,6 @@ impl<I, O> Program<I, O> {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -564,7 +579,9 @@ mod tests {
 
     fn bind(name: &str, version: &str, config: u32) -> Program {
         Program::new(ProgramConfig {
-            definition: Arc::new(Nothing(Descriptor::typed::<String, String>(name, "x").expect("valid"))),
+            definition: Arc::new(Nothing(
+                Descriptor::typed::<String, String>(name, "x").expect("valid"),
+            )),
             dispatcher: None,
             implementation: implementation_digest("test", version),
             configuration: configuration_digest(&config).expect("encodes"),

@@ -200,10 +200,20 @@ pub trait Store: Send + Sync + 'static {
     fn append(&self, batch: Vec<Append>) -> BoxFuture<'_, Result<Vec<AppendOutcome>, StoreError>>;
 
     /// Stores a snapshot; records it covers may be compacted.
-    fn write_snapshot(&self, tree: TreeId, token: u64, snapshot: Snapshot) -> BoxFuture<'_, Result<AppendOutcome, StoreError>>;
+    fn write_snapshot(
+        &self,
+        tree: TreeId,
+        token: u64,
+        snapshot: Snapshot,
+    ) -> BoxFuture<'_, Result<AppendOutcome, StoreError>>;
 
     /// Extends a lease; `false` if the token is no longer current.
-    fn renew(&self, tree: TreeId, token: u64, until: Timestamp) -> BoxFuture<'_, Result<bool, StoreError>>;
+    fn renew(
+        &self,
+        tree: TreeId,
+        token: u64,
+        until: Timestamp,
+    ) -> BoxFuture<'_, Result<bool, StoreError>>;
 
     /// Gives up a lease (no-op if the token is not current).
     fn release(&self, tree: TreeId, token: u64) -> BoxFuture<'_, Result<(), StoreError>>;
@@ -231,7 +241,9 @@ impl Entry {
     }
 
     fn token_is_current(&self, token: u64) -> bool {
-        self.lease.as_ref().is_some_and(|lease| lease.token == token)
+        self.lease
+            .as_ref()
+            .is_some_and(|lease| lease.token == token)
     }
 
     fn load(&self) -> TreeLoad {
@@ -257,7 +269,9 @@ impl Entry {
             let identical = expected + 1 >= offset
                 && append.records.iter().all(|record| {
                     let index = (record.seq - offset) as usize;
-                    self.records.get(index).is_some_and(|stored| stored.hash == record.hash)
+                    self.records
+                        .get(index)
+                        .is_some_and(|stored| stored.hash == record.hash)
                 });
             return if identical {
                 AppendOutcome::Duplicate
@@ -314,8 +328,13 @@ impl MemoryStore {
     /// Every stored record of `tree` (after compaction, those after the
     /// snapshot). For inspection and tests.
     pub fn records(&self, tree: TreeId) -> Vec<Record> {
-        self.with(|trees| trees.get(&tree).map(|e| e.records.clone()).unwrap_or_default())
-            .unwrap_or_default()
+        self.with(|trees| {
+            trees
+                .get(&tree)
+                .map(|e| e.records.clone())
+                .unwrap_or_default()
+        })
+        .unwrap_or_default()
     }
 
     /// Rewrites the stored bytes of one record without fixing its hash, as an
@@ -323,7 +342,10 @@ impl MemoryStore {
     /// Returns whether the record exists.
     pub fn tamper(&self, tree: TreeId, seq: u64, edit: impl FnOnce(&mut Vec<u8>)) -> bool {
         self.with(|trees| {
-            let Some(record) = trees.get_mut(&tree).and_then(|e| e.records.iter_mut().find(|r| r.seq == seq)) else {
+            let Some(record) = trees
+                .get_mut(&tree)
+                .and_then(|e| e.records.iter_mut().find(|r| r.seq == seq))
+            else {
                 return false;
             };
             let mut bytes = record.body.to_vec();
@@ -382,14 +404,23 @@ impl Store for MemoryStore {
         Box::pin(std::future::ready(result))
     }
 
-    fn write_snapshot(&self, tree: TreeId, token: u64, snapshot: Snapshot) -> BoxFuture<'_, Result<AppendOutcome, StoreError>> {
+    fn write_snapshot(
+        &self,
+        tree: TreeId,
+        token: u64,
+        snapshot: Snapshot,
+    ) -> BoxFuture<'_, Result<AppendOutcome, StoreError>> {
         let keep_history = self.keep_history;
         let result = self.with(|trees| {
             let Some(entry) = trees.get_mut(&tree).filter(|e| e.token_is_current(token)) else {
                 return AppendOutcome::Fenced;
             };
             let (head, _) = entry.head();
-            let covered = entry.records.iter().find(|r| r.seq == snapshot.seq).map(|r| r.hash);
+            let covered = entry
+                .records
+                .iter()
+                .find(|r| r.seq == snapshot.seq)
+                .map(|r| r.hash);
             if snapshot.seq > head || covered.is_some_and(|hash| hash != snapshot.head) {
                 return AppendOutcome::Conflict { head };
             }
@@ -402,14 +433,21 @@ impl Store for MemoryStore {
         Box::pin(std::future::ready(result))
     }
 
-    fn renew(&self, tree: TreeId, token: u64, until: Timestamp) -> BoxFuture<'_, Result<bool, StoreError>> {
-        let result = self.with(|trees| match trees.get_mut(&tree).and_then(|e| e.lease.as_mut()) {
-            Some(lease) if lease.token == token => {
-                lease.until = until;
-                true
-            }
-            _ => false,
-        });
+    fn renew(
+        &self,
+        tree: TreeId,
+        token: u64,
+        until: Timestamp,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let result = self.with(
+            |trees| match trees.get_mut(&tree).and_then(|e| e.lease.as_mut()) {
+                Some(lease) if lease.token == token => {
+                    lease.until = until;
+                    true
+                }
+                _ => false,
+            },
+        );
         Box::pin(std::future::ready(result))
     }
 
@@ -430,7 +468,12 @@ impl Store for MemoryStore {
                 .values()
                 .filter_map(|entry| entry.meta.clone())
                 .filter(|meta| filter.status.is_none_or(|status| meta.status == status))
-                .filter(|meta| filter.scope.as_ref().is_none_or(|scope| &meta.scope == scope))
+                .filter(|meta| {
+                    filter
+                        .scope
+                        .as_ref()
+                        .is_none_or(|scope| &meta.scope == scope)
+                })
                 .collect()
         });
         Box::pin(std::future::ready(result))

@@ -1,1 +1,20 @@
-//! placeholder
+//! # baton-testkit: conformance suites and test doubles for Baton
+//!
+//! Owns what every implementation of a kernel contract is checked with:
+//! [`definition_conformance`] for [`Definition`]s, a [`ScriptedDispatcher`]
+//! that counts how often each effect id was dispatched, and a
+//! [`FaultStore`] that cuts a store before or after the n-th commit of a
+//! given record kind, as a crash would.
+//!
+//! Depend on it from tests (`[dev-dependencies]`). It knows only `baton-run`;
+//! it knows nothing of particular strategies or store backends.
+//!
+//! No cargo features.
+
+mod conformance;
+mod dispatcher;
+mod fault;
+
+pub use conformance::{ConformanceCase, definition_conformance};
+pub use dispatcher::ScriptedDispatcher;
+pub use fault::{Cut, FaultStore};

@@ -22,16 +22,16 @@ use crate::ids::{EffectId, ProcessId, StartId, TreeId};
 use crate::log::{Record, RecordBody};
 use crate::payload::Payload;
 use crate::program::{
-    Cancellation, DeltaSink, DispatchCall, Effect, Execution, ExecutionState, Program, ReplayPolicy, Settlement, Signal,
-    SignalBody, Transition,
+    Cancellation, DeltaSink, DispatchCall, Effect, Execution, ExecutionState, Program,
+    ReplayPolicy, Settlement, Signal, SignalBody, Transition,
 };
 use crate::store::{AcquireRequest, Acquired, Append, AppendOutcome, Lease, TreeLoad, TreeMeta};
 
 use super::state::{Phase, TreeState, ending_failure, signal_digest};
 use super::view::{Event, EventKind, TreeView};
 use super::{
-    ControlError, EngineInner, RecoverError, RuntimeError, SignalError, SignalReceipt, SignalRequest, StartError,
-    TreeOutcome, TreeShared, fold, owner_is_gone, panic_failure,
+    ControlError, EngineInner, RecoverError, RuntimeError, SignalError, SignalReceipt,
+    SignalRequest, StartError, TreeOutcome, TreeShared, fold, owner_is_gone, panic_failure,
 };
 
 /// A request from a handle to the tree's owner task.
@@ -123,7 +123,11 @@ enum Held {
     Lease { owner: String, until: Timestamp },
 }
 
-async fn acquire(engine: &EngineInner, tree: TreeId, force: bool) -> Result<(Lease, TreeLoad), Held> {
+async fn acquire(
+    engine: &EngineInner,
+    tree: TreeId,
+    force: bool,
+) -> Result<(Lease, TreeLoad), Held> {
     let mut force = force;
     loop {
         let request = AcquireRequest {
@@ -144,7 +148,10 @@ async fn acquire(engine: &EngineInner, tree: TreeId, force: bool) -> Result<(Lea
     }
 }
 
-fn catch<T>(code: &str, f: impl FnOnce() -> Result<T, crate::failure::StepError>) -> Result<T, Failure> {
+fn catch<T>(
+    code: &str,
+    f: impl FnOnce() -> Result<T, crate::failure::StepError>,
+) -> Result<T, Failure> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(error)) => Err(error.0),
@@ -153,7 +160,9 @@ fn catch<T>(code: &str, f: impl FnOnce() -> Result<T, crate::failure::StepError>
 }
 
 fn restore(program: &Program, state: &ExecutionState) -> Result<Box<dyn Execution>, Failure> {
-    catch("execution.restore.panicked", || program.definition().restore(state))
+    catch("execution.restore.panicked", || {
+        program.definition().restore(state)
+    })
 }
 
 /// Starts a new tree (or takes up the stored one with the same id).
@@ -192,10 +201,16 @@ pub(super) async fn start(
         }
         return spawn(engine, folded, lease.token).map_err(StartError::from);
     }
-    let started = catch("execution.start.panicked", || program.definition().start(&input)).and_then(|execution| {
+    let started = catch("execution.start.panicked", || {
+        program.definition().start(&input)
+    })
+    .and_then(|execution| {
         let state = catch("execution.snapshot.panicked", || execution.snapshot())?;
         let restored = restore(&program, &state).map_err(|failure| {
-            Failure::contract("execution.snapshot.unrestorable", format!("initial state does not restore: {failure}"))
+            Failure::contract(
+                "execution.snapshot.unrestorable",
+                format!("initial state does not restore: {failure}"),
+            )
         })?;
         Ok((state, restored))
     });
@@ -216,7 +231,8 @@ pub(super) async fn start(
         deadline,
         state,
     };
-    let tree_state = TreeState::started(&body).map_err(|e| StartError::Program(Failure::execution("engine.start.invalid", e.0)))?;
+    let tree_state = TreeState::started(&body)
+        .map_err(|e| StartError::Program(Failure::execution("engine.start.invalid", e.0)))?;
     let record = Record::seal(1, Digest::ZERO, &body);
     let meta = TreeMeta {
         tree,
@@ -231,7 +247,11 @@ pub(super) async fn start(
         meta,
     };
     match engine.store.append(vec![append]).await {
-        Ok(outcomes) if matches!(outcomes.first(), Some(AppendOutcome::Committed | AppendOutcome::Duplicate)) => {}
+        Ok(outcomes)
+            if matches!(
+                outcomes.first(),
+                Some(AppendOutcome::Committed | AppendOutcome::Duplicate)
+            ) => {}
         Ok(_) => {
             release(engine).await;
             return Err(StartError::LeaseHeld {
@@ -247,16 +267,27 @@ pub(super) async fn start(
         path: Vec::new(),
         kind: EventKind::ProcessStarted { seq: 1 },
     });
-    let shared = spawn_with(engine, (tree_state, 1, record.hash), lease.token, BTreeMap::from([(tree, execution)]))?;
+    let shared = spawn_with(
+        engine,
+        (tree_state, 1, record.hash),
+        lease.token,
+        BTreeMap::from([(tree, execution)]),
+    )?;
     Ok(shared)
 }
 
 /// Takes up a stored, unfinished tree as its writer.
-pub(super) async fn resume(engine: &Arc<EngineInner>, tree: TreeId, force: bool) -> Result<Arc<TreeShared>, RecoverError> {
+pub(super) async fn resume(
+    engine: &Arc<EngineInner>,
+    tree: TreeId,
+    force: bool,
+) -> Result<Arc<TreeShared>, RecoverError> {
     let (lease, load) = match acquire(engine, tree, force).await {
         Ok(granted) => granted,
         Err(Held::Store(error)) => return Err(error.into()),
-        Err(Held::Lease { owner, until }) => return Err(RecoverError::LeaseHeld { tree, owner, until }),
+        Err(Held::Lease { owner, until }) => {
+            return Err(RecoverError::LeaseHeld { tree, owner, until });
+        }
     };
     let folded = match fold(tree, &load) {
         Ok(folded) => folded,
@@ -291,7 +322,11 @@ pub(super) fn finished(engine: &Arc<EngineInner>, state: &TreeState) -> Arc<Tree
     shared
 }
 
-fn spawn(engine: &Arc<EngineInner>, folded: (TreeState, u64, Digest), token: u64) -> Result<Arc<TreeShared>, RecoverError> {
+fn spawn(
+    engine: &Arc<EngineInner>,
+    folded: (TreeState, u64, Digest),
+    token: u64,
+) -> Result<Arc<TreeShared>, RecoverError> {
     spawn_with(engine, folded, token, BTreeMap::new())
 }
 
@@ -307,10 +342,12 @@ fn spawn_with(
         if process.termination.is_some() {
             continue;
         }
-        let program = engine.program(&process.program.digest).ok_or_else(|| RecoverError::ProgramUnavailable {
-            tree,
-            name: process.program.name.to_string(),
-            digest: process.program.digest,
+        let program = engine.program(&process.program.digest).ok_or_else(|| {
+            RecoverError::ProgramUnavailable {
+                tree,
+                name: process.program.name.to_string(),
+                digest: process.program.digest,
+            }
         })?;
         programs.insert(*id, program);
     }
@@ -417,11 +454,16 @@ impl Actor {
     }
 
     fn done(&self) -> bool {
-        self.state.processes.values().all(|p| p.termination.is_some())
+        self.state
+            .processes
+            .values()
+            .all(|p| p.termination.is_some())
     }
 
     fn live_deadline(&self) -> Option<Timestamp> {
-        self.state.deadline.filter(|_| self.state.root_termination().is_none())
+        self.state
+            .deadline
+            .filter(|_| self.state.root_termination().is_none())
     }
 
     fn stage(&mut self, body: RecordBody) {
@@ -436,7 +478,8 @@ impl Actor {
             self.outcome.send_modify(|o| o.stopped = Some(inconsistent));
             return;
         }
-        if let RecordBody::Terminated { process, .. } | RecordBody::StepAdopted { process, .. } = &body
+        if let RecordBody::Terminated { process, .. } | RecordBody::StepAdopted { process, .. } =
+            &body
             && self.state.processes[process].termination.is_some()
         {
             self.executions.remove(process);
@@ -464,11 +507,19 @@ impl Actor {
     /// Handles a command; returns the reply channel when it asks to close.
     fn command(&mut self, command: Command) -> Option<oneshot::Sender<()>> {
         match command {
-            Command::Signal { process, request, reply } => {
+            Command::Signal {
+                process,
+                request,
+                reply,
+            } => {
                 let result = self.admit(process, request);
                 self.reply(reply, result);
             }
-            Command::Cancel { process, reason, reply } => {
+            Command::Cancel {
+                process,
+                reason,
+                reply,
+            } => {
                 let result = self.live(process).map(|_| ());
                 if result.is_ok() && self.state.processes[&process].cancel.is_none() {
                     self.stage(RecordBody::CancelRequested {
@@ -504,7 +555,11 @@ impl Actor {
                 });
                 self.reply(reply, result);
             }
-            Command::Replay { process, effect, reply } => {
+            Command::Replay {
+                process,
+                effect,
+                reply,
+            } => {
                 let result = self.unknown(process, effect).map(|()| {
                     self.replay_allowed.insert(effect);
                     self.stage(RecordBody::EffectReplayed { process, effect });
@@ -529,15 +584,27 @@ impl Actor {
 
     fn unknown(&self, process: ProcessId, effect: EffectId) -> Result<(), ControlError> {
         let p = self.live(process)?;
-        let is_unknown = p
-            .batch
-            .iter()
-            .any(|slot| slot.id == effect && matches!(&slot.phase, Phase::Settled(s) if s.is_unknown()));
-        if is_unknown { Ok(()) } else { Err(ControlError::NotUnknown { process, effect }) }
+        let is_unknown = p.batch.iter().any(|slot| {
+            slot.id == effect && matches!(&slot.phase, Phase::Settled(s) if s.is_unknown())
+        });
+        if is_unknown {
+            Ok(())
+        } else {
+            Err(ControlError::NotUnknown { process, effect })
+        }
     }
 
-    fn admit(&mut self, process: ProcessId, request: SignalRequest) -> Result<SignalReceipt, SignalError> {
-        let Some(p) = self.state.processes.get(&process).filter(|p| p.termination.is_none()) else {
+    fn admit(
+        &mut self,
+        process: ProcessId,
+        request: SignalRequest,
+    ) -> Result<SignalReceipt, SignalError> {
+        let Some(p) = self
+            .state
+            .processes
+            .get(&process)
+            .filter(|p| p.termination.is_none())
+        else {
             return Err(SignalError::Terminated { process });
         };
         let signal = Signal {
@@ -556,18 +623,25 @@ impl Actor {
         }
         match request.wait {
             Some(wait) => match p.waits.get(&wait) {
-                Some(open) => open.answer_schema.validate(&request.payload).map_err(|violation| {
-                    SignalError::Rejected(Failure::contract(
-                        "engine.signal.answer.invalid",
-                        format!("answer to {wait} rejected: {violation}"),
-                    ))
-                })?,
+                Some(open) => {
+                    open.answer_schema
+                        .validate(&request.payload)
+                        .map_err(|violation| {
+                            SignalError::Rejected(Failure::contract(
+                                "engine.signal.answer.invalid",
+                                format!("answer to {wait} rejected: {violation}"),
+                            ))
+                        })?
+                }
                 None if p.answered.contains(&wait) => return Err(SignalError::WaitClosed { wait }),
                 None => return Err(SignalError::UnknownWait { process, wait }),
             },
             None => {
                 let program = &self.programs[&process];
-                program.descriptor().check_signal(&request.payload).map_err(SignalError::Rejected)?;
+                program
+                    .descriptor()
+                    .check_signal(&request.payload)
+                    .map_err(SignalError::Rejected)?;
             }
         }
         if !p.budget.signals.allows(p.usage.signals, 1) {
@@ -582,14 +656,21 @@ impl Actor {
 
     fn end(&mut self, process: ProcessId, cause: Cause, reason: &str) {
         let unresolved = self.state.processes[&process].unresolved();
-        let termination = Termination::ended(cause, ending_failure(cause, reason)).with_unresolved(unresolved);
-        self.stage(RecordBody::Terminated { process, termination });
+        let termination =
+            Termination::ended(cause, ending_failure(cause, reason)).with_unresolved(unresolved);
+        self.stage(RecordBody::Terminated {
+            process,
+            termination,
+        });
     }
 
     fn fail(&mut self, process: ProcessId, failure: Failure) {
         let unresolved = self.state.processes[&process].unresolved();
         let termination = Termination::failed(failure).with_unresolved(unresolved);
-        self.stage(RecordBody::Terminated { process, termination });
+        self.stage(RecordBody::Terminated {
+            process,
+            termination,
+        });
     }
 
     fn check_deadline(&mut self) {
@@ -604,7 +685,11 @@ impl Actor {
                 .map(|(id, _)| *id)
                 .collect();
             for process in live {
-                let cause = if process == self.state.root { Cause::HostDeadline } else { Cause::ParentDeadline };
+                let cause = if process == self.state.root {
+                    Cause::HostDeadline
+                } else {
+                    Cause::ParentDeadline
+                };
                 self.end(process, cause, "deadline passed");
             }
         }
@@ -619,7 +704,12 @@ impl Actor {
         }
         let process = flight.process;
         self.in_flight.remove(&completion.effect);
-        if self.state.processes.get(&process).is_none_or(|p| p.termination.is_some()) {
+        if self
+            .state
+            .processes
+            .get(&process)
+            .is_none_or(|p| p.termination.is_some())
+        {
             return;
         }
         self.stage(RecordBody::EffectSettled {
@@ -674,7 +764,10 @@ impl Actor {
                         if !process.budget.meter(meter).allows(used, *amount) {
                             let failure = Failure::execution(
                                 "engine.limit.meter",
-                                format!("reserving {amount} {meter} exceeds the remaining budget ({used} used of {})", process.budget.meter(meter)),
+                                format!(
+                                    "reserving {amount} {meter} exceeds the remaining budget ({used} used of {})",
+                                    process.budget.meter(meter)
+                                ),
                             );
                             self.stage(RecordBody::EffectSettled {
                                 process: id,
@@ -684,7 +777,10 @@ impl Actor {
                             return true;
                         }
                     }
-                    self.stage(RecordBody::EffectPending { process: id, effect });
+                    self.stage(RecordBody::EffectPending {
+                        process: id,
+                        effect,
+                    });
                     self.launch_later(id, effect, request, reserve);
                     true
                 }
@@ -692,7 +788,8 @@ impl Actor {
                     let policy = self.programs[&id]
                         .dispatcher()
                         .map(|dispatcher| {
-                            catch_unwind(AssertUnwindSafe(|| dispatcher.replay_policy(&request))).unwrap_or(ReplayPolicy::Never)
+                            catch_unwind(AssertUnwindSafe(|| dispatcher.replay_policy(&request)))
+                                .unwrap_or(ReplayPolicy::Never)
                         })
                         .unwrap_or(ReplayPolicy::Never);
                     if self.replay_allowed.remove(&effect) || policy == ReplayPolicy::SameIdentity {
@@ -719,7 +816,13 @@ impl Actor {
         }
     }
 
-    fn launch_later(&mut self, process: ProcessId, effect: EffectId, request: Payload, reserve: crate::budget::Meters) {
+    fn launch_later(
+        &mut self,
+        process: ProcessId,
+        effect: EffectId,
+        request: Payload,
+        reserve: crate::budget::Meters,
+    ) {
         self.attempts += 1;
         let (cancel_sender, cancel) = Cancellation::new();
         self.in_flight.insert(
@@ -758,7 +861,10 @@ impl Actor {
                 Err(failure) => {
                     self.fail(
                         id,
-                        Failure::contract("engine.committed_execution_state.invalid", format!("recorded state does not restore: {failure}")),
+                        Failure::contract(
+                            "engine.committed_execution_state.invalid",
+                            format!("recorded state does not restore: {failure}"),
+                        ),
                     );
                     return;
                 }
@@ -770,18 +876,24 @@ impl Actor {
         let _entered = span.enter();
         let mut execution = execution;
         let stepped = catch("execution.step.panicked", || execution.step(&window));
-        let transition = match stepped.and_then(|transition| self.prepare(id, &program, &window, transition)) {
-            Ok(transition) => transition,
-            Err(failure) => {
-                self.fail(id, failure);
-                return;
-            }
-        };
+        let transition =
+            match stepped.and_then(|transition| self.prepare(id, &program, &window, transition)) {
+                Ok(transition) => transition,
+                Err(failure) => {
+                    self.fail(id, failure);
+                    return;
+                }
+            };
         let adopted = catch("execution.snapshot.panicked", || execution.snapshot())
-            .map_err(|failure| Failure::new(failure.kind, "execution.snapshot.failed", failure.message))
+            .map_err(|failure| {
+                Failure::new(failure.kind, "execution.snapshot.failed", failure.message)
+            })
             .and_then(|state| {
                 let restored = restore(&program, &state).map_err(|failure| {
-                    Failure::contract("execution.snapshot.unrestorable", format!("candidate state does not restore: {failure}"))
+                    Failure::contract(
+                        "execution.snapshot.unrestorable",
+                        format!("candidate state does not restore: {failure}"),
+                    )
                 })?;
                 Ok((state, restored))
             });
@@ -808,13 +920,22 @@ impl Actor {
 
     /// Checks a transition before adoption: consumption, capabilities,
     /// dispatchers, budgets, waits and the output schema.
-    fn prepare(&self, id: ProcessId, program: &Program, window: &[Signal], transition: Transition) -> Result<Transition, Failure> {
+    fn prepare(
+        &self,
+        id: ProcessId,
+        program: &Program,
+        window: &[Signal],
+        transition: Transition,
+    ) -> Result<Transition, Failure> {
         let process = &self.state.processes[&id];
         let consumed = transition.consumed();
         if consumed > window.len() {
             return Err(Failure::contract(
                 "execution.transition.invalid",
-                format!("consumed {consumed} signals of a window of {}", window.len()),
+                format!(
+                    "consumed {consumed} signals of a window of {}",
+                    window.len()
+                ),
             ));
         }
         match &transition {
@@ -824,17 +945,25 @@ impl Actor {
                         let Some(dispatcher) = program.dispatcher() else {
                             return Err(Failure::contract(
                                 "execution.effect.invalid",
-                                format!("{} declared a dispatch but has no dispatcher", program.descriptor().name()),
+                                format!(
+                                    "{} declared a dispatch but has no dispatcher",
+                                    program.descriptor().name()
+                                ),
                             ));
                         };
-                        let required = catch_unwind(AssertUnwindSafe(|| dispatcher.required_capabilities(request)))
-                            .map_err(|panic| panic_failure("engine.dispatch.panicked", panic))?;
+                        let required = catch_unwind(AssertUnwindSafe(|| {
+                            dispatcher.required_capabilities(request)
+                        }))
+                        .map_err(|panic| panic_failure("engine.dispatch.panicked", panic))?;
                         let missing = required.missing_from(&process.capabilities);
                         if !missing.is_empty() {
                             let names: Vec<&str> = missing.iter().map(|n| n.as_str()).collect();
                             return Err(Failure::contract(
                                 "engine.capability.denied",
-                                format!("dispatch requires capabilities the process lacks: {}", names.join(", ")),
+                                format!(
+                                    "dispatch requires capabilities the process lacks: {}",
+                                    names.join(", ")
+                                ),
                             ));
                         }
                     }
@@ -843,22 +972,32 @@ impl Actor {
                 if !process.budget.effects.allows(process.usage.effects, count) {
                     return Err(Failure::execution(
                         "engine.limit.effects",
-                        format!("{count} more effects exceed the effect budget of {}", process.budget.effects),
+                        format!(
+                            "{count} more effects exceed the effect budget of {}",
+                            process.budget.effects
+                        ),
                     ));
                 }
                 if !process.budget.signals.allows(process.usage.signals, count) {
                     return Err(Failure::execution(
                         "engine.limit.signals",
-                        format!("{count} result signals exceed the signal budget of {}", process.budget.signals),
+                        format!(
+                            "{count} result signals exceed the signal budget of {}",
+                            process.budget.signals
+                        ),
                     ));
                 }
             }
             Transition::Wait { wait, .. } => {
-                let answered = window[consumed..].iter().any(|signal| signal.wait == Some(*wait));
+                let answered = window[consumed..]
+                    .iter()
+                    .any(|signal| signal.wait == Some(*wait));
                 if !process.waits.contains_key(wait) && !answered {
                     return Err(Failure::contract(
                         "execution.transition.invalid",
-                        format!("waits on {wait}, which is neither open nor answered in the unconsumed window"),
+                        format!(
+                            "waits on {wait}, which is neither open nor answered in the unconsumed window"
+                        ),
                     ));
                 }
             }
@@ -971,7 +1110,12 @@ impl Actor {
             head: self.head,
             state: state.into(),
         };
-        match self.engine.store.write_snapshot(self.tree, self.token, snapshot).await {
+        match self
+            .engine
+            .store
+            .write_snapshot(self.tree, self.token, snapshot)
+            .await
+        {
             Ok(AppendOutcome::Committed | AppendOutcome::Duplicate) => {
                 self.since_snapshot = 0;
                 Ok(())
@@ -1003,7 +1147,12 @@ impl Actor {
     }
 
     fn launch(&self, job: DispatchJob) {
-        let Some(dispatcher) = self.programs.get(&job.process).and_then(|p| p.dispatcher()).cloned() else {
+        let Some(dispatcher) = self
+            .programs
+            .get(&job.process)
+            .and_then(|p| p.dispatcher())
+            .cloned()
+        else {
             return;
         };
         let events = self.engine.events.clone();
@@ -1039,10 +1188,15 @@ impl Actor {
                     Ok(future) => match tokio::spawn(future).await {
                         Ok(settlement) => settlement,
                         Err(error) if error.is_panic() => Settlement::Unknown {
-                            diagnostic: panic_failure("engine.dispatch.panicked", error.into_panic()).to_string(),
+                            diagnostic: panic_failure(
+                                "engine.dispatch.panicked",
+                                error.into_panic(),
+                            )
+                            .to_string(),
                         },
                         Err(_) => Settlement::Unknown {
-                            diagnostic: "engine.dispatch.canceled: the dispatch task was aborted".into(),
+                            diagnostic: "engine.dispatch.canceled: the dispatch task was aborted"
+                                .into(),
                         },
                     },
                 };
@@ -1062,7 +1216,9 @@ impl Actor {
             tree: self.tree,
             process: self.tree,
             path: Vec::new(),
-            kind: EventKind::Stopped { reason: error.to_string() },
+            kind: EventKind::Stopped {
+                reason: error.to_string(),
+            },
         });
         self.outcome.send_modify(|o| {
             if o.stopped.is_none() {

@@ -211,7 +211,9 @@ pub enum StartError {
     #[error("start refused: {0}")]
     Program(Failure),
     /// The start id names a tree with another program or input.
-    #[error("start refused (engine.start.conflict): {id:?} already names a tree with a different program or input")]
+    #[error(
+        "start refused (engine.start.conflict): {id:?} already names a tree with a different program or input"
+    )]
     Conflict {
         /// The start id.
         id: StartId,
@@ -264,7 +266,9 @@ pub enum RecoverError {
         scope: Scope,
     },
     /// A stored program is not in this engine's registry.
-    #[error("engine.program.unavailable: tree {tree} needs program {name} ({digest}), which is not registered")]
+    #[error(
+        "engine.program.unavailable: tree {tree} needs program {name} ({digest}), which is not registered"
+    )]
     ProgramUnavailable {
         /// The tree.
         tree: TreeId,
@@ -449,7 +453,11 @@ struct Registry {
 
 impl Registry {
     fn add(&mut self, program: &Program) {
-        if self.programs.insert(program.reference().digest, program.clone()).is_none() {
+        if self
+            .programs
+            .insert(program.reference().digest, program.clone())
+            .is_none()
+        {
             for child in program.children() {
                 self.add(child);
             }
@@ -491,9 +499,14 @@ fn owner_is_gone(owner: &str) -> bool {
     if host != host_name() {
         return false;
     }
-    let Ok(pid) = pid.parse::<u32>() else { return false };
+    let Ok(pid) = pid.parse::<u32>() else {
+        return false;
+    };
     if pid == std::process::id() {
-        let live = LIVE_OWNERS.lock().map(|owners| owners.iter().any(|o| o == owner)).unwrap_or(true);
+        let live = LIVE_OWNERS
+            .lock()
+            .map(|owners| owners.iter().any(|o| o == owner))
+            .unwrap_or(true);
         return !live;
     }
     let proc_root = std::path::Path::new("/proc");
@@ -527,7 +540,10 @@ impl EngineInner {
     }
 
     fn program(&self, digest: &Digest) -> Option<Program> {
-        self.registry.read().ok().and_then(|r| r.programs.get(digest).cloned())
+        self.registry
+            .read()
+            .ok()
+            .and_then(|r| r.programs.get(digest).cloned())
     }
 
     fn live(&self, tree: TreeId) -> Option<Arc<TreeShared>> {
@@ -544,17 +560,25 @@ impl EngineInner {
 
 /// Folds a stored tree: verifies the chain from the snapshot head, decodes
 /// the snapshot and applies the records after it.
-pub(crate) fn fold(tree: TreeId, load: &crate::store::TreeLoad) -> Result<(TreeState, u64, Digest), RecoverError> {
+pub(crate) fn fold(
+    tree: TreeId,
+    load: &crate::store::TreeLoad,
+) -> Result<(TreeState, u64, Digest), RecoverError> {
     let corrupt = |message: String| RecoverError::Corrupt { tree, message };
     let (start_seq, start_head, mut state) = match &load.snapshot {
         Some(snapshot) => {
-            let state: TreeState = serde_json::from_slice(&snapshot.state)
-                .map_err(|error| corrupt(format!("snapshot at {} does not decode: {error}", snapshot.seq)))?;
+            let state: TreeState = serde_json::from_slice(&snapshot.state).map_err(|error| {
+                corrupt(format!(
+                    "snapshot at {} does not decode: {error}",
+                    snapshot.seq
+                ))
+            })?;
             (snapshot.seq, snapshot.head, Some(state))
         }
         None => (0, Digest::ZERO, None),
     };
-    let (head_seq, head) = verify(start_seq, start_head, &load.records).map_err(|error: VerifyError| corrupt(error.to_string()))?;
+    let (head_seq, head) = verify(start_seq, start_head, &load.records)
+        .map_err(|error: VerifyError| corrupt(error.to_string()))?;
     for record in &load.records {
         let body = decode(record).map_err(&corrupt)?;
         match &mut state {
@@ -630,9 +654,16 @@ impl Engine {
         program: &Program<I, O>,
         request: StartRequest<I>,
     ) -> Result<ProcessHandle<O>, StartError> {
-        let input = Payload::encode(&request.input)
-            .map_err(|error| StartError::Input(Failure::contract("execution.input.invalid", error.to_string())))?;
-        program.descriptor().check_input(&input).map_err(StartError::Input)?;
+        let input = Payload::encode(&request.input).map_err(|error| {
+            StartError::Input(Failure::contract(
+                "execution.input.invalid",
+                error.to_string(),
+            ))
+        })?;
+        program
+            .descriptor()
+            .check_input(&input)
+            .map_err(StartError::Input)?;
         if let Ok(mut registry) = self.inner.registry.write() {
             registry.add(&program.erase());
         }
@@ -664,14 +695,21 @@ impl Engine {
 
     /// A handle on a root process by id, checking the caller's scope. A tree
     /// not running in this engine is taken up from the store.
-    pub async fn process<O>(&self, scope: &Scope, id: ProcessId) -> Result<ProcessHandle<O>, RecoverError> {
+    pub async fn process<O>(
+        &self,
+        scope: &Scope,
+        id: ProcessId,
+    ) -> Result<ProcessHandle<O>, RecoverError> {
         let shared = self.inner.attach(id, Some(scope), false).await?;
         Ok(ProcessHandle::new(self.inner.clone(), shared, id))
     }
 
     /// Reopens every unfinished tree in the store and continues it. Trees
     /// that cannot be taken up are reported and left untouched.
-    pub async fn recover(&self, options: RecoverOptions) -> Result<Vec<(TreeId, Result<(), RecoverError>)>, StoreError> {
+    pub async fn recover(
+        &self,
+        options: RecoverOptions,
+    ) -> Result<Vec<(TreeId, Result<(), RecoverError>)>, StoreError> {
         let filter = ListFilter {
             status: None,
             scope: options.scope.clone(),
@@ -681,7 +719,11 @@ impl Engine {
             if meta.status == TreeStatus::Done {
                 continue;
             }
-            let result = self.inner.attach(meta.tree, None, options.force).await.map(|_| ());
+            let result = self
+                .inner
+                .attach(meta.tree, None, options.force)
+                .await
+                .map(|_| ());
             report.push((meta.tree, result));
         }
         Ok(report)
@@ -696,7 +738,9 @@ impl Engine {
         settlement: Settlement,
     ) -> Result<(), ControlError> {
         if settlement.is_unknown() {
-            return Err(ControlError::Invalid("a resolution must be succeeded or failed".into()));
+            return Err(ControlError::Invalid(
+                "a resolution must be succeeded or failed".into(),
+            ));
         }
         let handle: ProcessHandle = self.process(scope, process).await?;
         handle
@@ -711,10 +755,19 @@ impl Engine {
 
     /// Dispatches an unknown effect again under its identity (the host
     /// asserts it is safe).
-    pub async fn replay_unknown(&self, scope: &Scope, process: ProcessId, effect: EffectId) -> Result<(), ControlError> {
+    pub async fn replay_unknown(
+        &self,
+        scope: &Scope,
+        process: ProcessId,
+        effect: EffectId,
+    ) -> Result<(), ControlError> {
         let handle: ProcessHandle = self.process(scope, process).await?;
         handle
-            .control(|reply| Command::Replay { process, effect, reply })
+            .control(|reply| Command::Replay {
+                process,
+                effect,
+                reply,
+            })
             .await
     }
 
@@ -734,7 +787,12 @@ impl Engine {
 
     /// A view of a stored tree (committed state), without private payloads
     /// unless `private`.
-    pub async fn inspect(&self, scope: &Scope, tree: TreeId, private: bool) -> Result<TreeView, RecoverError> {
+    pub async fn inspect(
+        &self,
+        scope: &Scope,
+        tree: TreeId,
+        private: bool,
+    ) -> Result<TreeView, RecoverError> {
         let load = self.inner.store.load(tree).await?;
         let (state, head_seq, head) = self.inner.checked_fold(tree, &load, Some(scope))?;
         Ok(TreeView::of(&state, head_seq, head, private))
@@ -744,7 +802,9 @@ impl Engine {
     /// the head sequence.
     pub async fn verify(&self, scope: &Scope, tree: TreeId) -> Result<u64, RecoverError> {
         let load = self.inner.store.load(tree).await?;
-        self.inner.checked_fold(tree, &load, Some(scope)).map(|(_, seq, _)| seq)
+        self.inner
+            .checked_fold(tree, &load, Some(scope))
+            .map(|(_, seq, _)| seq)
     }
 
     /// Stops every tree task and releases their leases.
@@ -787,7 +847,12 @@ impl EngineInner {
     }
 
     /// Takes up a stored tree (or returns the live one).
-    async fn attach(self: &Arc<Self>, tree: TreeId, scope: Option<&Scope>, force: bool) -> Result<Arc<TreeShared>, RecoverError> {
+    async fn attach(
+        self: &Arc<Self>,
+        tree: TreeId,
+        scope: Option<&Scope>,
+        force: bool,
+    ) -> Result<Arc<TreeShared>, RecoverError> {
         if let Some(shared) = self.live(tree) {
             if let Some(scope) = scope
                 && &shared.scope != scope
@@ -839,12 +904,18 @@ impl<O> Clone for ProcessHandle<O> {
 
 impl<O> std::fmt::Debug for ProcessHandle<O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProcessHandle").field("process", &self.process).finish()
+        f.debug_struct("ProcessHandle")
+            .field("process", &self.process)
+            .finish()
     }
 }
 
 impl<O> ProcessHandle<O> {
-    fn new(engine: Arc<EngineInner>, shared: Arc<TreeShared>, process: ProcessId) -> ProcessHandle<O> {
+    fn new(
+        engine: Arc<EngineInner>,
+        shared: Arc<TreeShared>,
+        process: ProcessId,
+    ) -> ProcessHandle<O> {
         ProcessHandle {
             engine,
             shared,
@@ -869,7 +940,9 @@ impl<O> ProcessHandle<O> {
     }
 
     fn closed(&self) -> RuntimeError {
-        RuntimeError::Closed { tree: self.shared.tree }
+        RuntimeError::Closed {
+            tree: self.shared.tree,
+        }
     }
 
     /// Waits for the termination.
@@ -880,8 +953,14 @@ impl<O> ProcessHandle<O> {
             .await
             .map(|o| o.clone());
         match result {
-            Ok(TreeOutcome { root: Some(termination), .. }) => Ok(termination),
-            Ok(TreeOutcome { stopped: Some(error), .. }) => Err(error),
+            Ok(TreeOutcome {
+                root: Some(termination),
+                ..
+            }) => Ok(termination),
+            Ok(TreeOutcome {
+                stopped: Some(error),
+                ..
+            }) => Err(error),
             _ => Err(self.closed()),
         }
     }
@@ -890,7 +969,9 @@ impl<O> ProcessHandle<O> {
     pub async fn join(&self) -> Result<Termination, RuntimeError> {
         let termination = self.await_result().await?;
         let mut outcome = self.shared.outcome.clone();
-        let _ = outcome.wait_for(|o| o.finished || o.stopped.is_some()).await;
+        let _ = outcome
+            .wait_for(|o| o.finished || o.stopped.is_some())
+            .await;
         Ok(termination)
     }
 
@@ -915,7 +996,10 @@ impl<O> ProcessHandle<O> {
         if self.shared.commands.send(make(reply)).is_err() {
             let outcome = self.shared.outcome.borrow().clone();
             return Err(match outcome {
-                TreeOutcome { stopped: Some(error), .. } => error.into(),
+                TreeOutcome {
+                    stopped: Some(error),
+                    ..
+                } => error.into(),
                 TreeOutcome { root: Some(_), .. } => terminated(),
                 _ => self.closed().into(),
             });
@@ -929,9 +1013,13 @@ impl<O> ProcessHandle<O> {
         }
     }
 
-    async fn control(&self, make: impl FnOnce(oneshot::Sender<Result<(), ControlError>>) -> Command) -> Result<(), ControlError> {
+    async fn control(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<(), ControlError>>) -> Command,
+    ) -> Result<(), ControlError> {
         let process = self.process;
-        self.request(make, || ControlError::Terminated { process }).await
+        self.request(make, || ControlError::Terminated { process })
+            .await
     }
 
     /// Delivers a host signal. It is acknowledged only after its record
@@ -939,7 +1027,11 @@ impl<O> ProcessHandle<O> {
     pub async fn signal(&self, request: SignalRequest) -> Result<SignalReceipt, SignalError> {
         let process = self.process;
         self.request(
-            |reply| Command::Signal { process, request, reply },
+            |reply| Command::Signal {
+                process,
+                request,
+                reply,
+            },
             || SignalError::Terminated { process },
         )
         .await
@@ -950,7 +1042,12 @@ impl<O> ProcessHandle<O> {
     pub async fn cancel(&self, reason: impl Into<String>) -> Result<(), ControlError> {
         let process = self.process;
         let reason = reason.into();
-        self.control(|reply| Command::Cancel { process, reason, reply }).await
+        self.control(|reply| Command::Cancel {
+            process,
+            reason,
+            reply,
+        })
+        .await
     }
 
     /// Kills the process at once; in-flight effects are left unresolved.
@@ -963,11 +1060,19 @@ impl<O> ProcessHandle<O> {
     pub async fn inspect(&self) -> Result<TreeView, ControlError> {
         let process = self.process;
         let view = self
-            .request(|reply| Command::Inspect { reply }, || ControlError::Terminated { process })
+            .request(
+                |reply| Command::Inspect { reply },
+                || ControlError::Terminated { process },
+            )
             .await;
         match view {
             Err(ControlError::Terminated { .. }) => {
-                let load = self.engine.store.load(self.shared.tree).await.map_err(RecoverError::from)?;
+                let load = self
+                    .engine
+                    .store
+                    .load(self.shared.tree)
+                    .await
+                    .map_err(RecoverError::from)?;
                 let (state, seq, head) = self.engine.checked_fold(self.shared.tree, &load, None)?;
                 Ok(TreeView::of(&state, seq, head, false))
             }

@@ -17,7 +17,9 @@ use crate::failure::{Cause, Failure, Status, Termination};
 use crate::ids::{ChildKey, EffectId, ProcessId, SignalId, StartId, WaitId};
 use crate::log::RecordBody;
 use crate::payload::Payload;
-use crate::program::{Effect, ExecutionState, ProgramRef, Settlement, Signal, SignalBody, Transition};
+use crate::program::{
+    Effect, ExecutionState, ProgramRef, Settlement, Signal, SignalBody, Transition,
+};
 use crate::store::TreeStatus;
 
 /// The committed state of a whole tree.
@@ -153,7 +155,11 @@ impl ProcessState {
                 _ => return,
             }
         }
-        if self.batch.iter().any(|slot| matches!(&slot.phase, Phase::Settled(s) if s.is_unknown())) {
+        if self
+            .batch
+            .iter()
+            .any(|slot| matches!(&slot.phase, Phase::Settled(s) if s.is_unknown()))
+        {
             return;
         }
         for slot in std::mem::take(&mut self.batch) {
@@ -236,7 +242,12 @@ impl ProcessState {
             .map(|usage| {
                 reserve
                     .iter()
-                    .map(|(name, reserved)| (name.clone(), usage.get(name).copied().unwrap_or(0).min(*reserved)))
+                    .map(|(name, reserved)| {
+                        (
+                            name.clone(),
+                            usage.get(name).copied().unwrap_or(0).min(*reserved),
+                        )
+                    })
                     .collect()
             })
             .unwrap_or_else(|| reserve.clone());
@@ -297,7 +308,9 @@ impl TreeState {
 
     /// The root's termination, once it has one.
     pub fn root_termination(&self) -> Option<&Termination> {
-        self.processes.get(&self.root).and_then(|p| p.termination.as_ref())
+        self.processes
+            .get(&self.root)
+            .and_then(|p| p.termination.as_ref())
     }
 
     /// The status a store lists this tree under.
@@ -330,7 +343,10 @@ impl TreeState {
                 let id = *process;
                 let process = self.process_mut(id)?;
                 if *step != process.steps {
-                    return inconsistent(format!("step {step} out of order (expected {})", process.steps));
+                    return inconsistent(format!(
+                        "step {step} out of order (expected {})",
+                        process.steps
+                    ));
                 }
                 if !process.batch.is_empty() {
                     return inconsistent("step adopted while effects are outstanding");
@@ -364,11 +380,22 @@ impl TreeState {
                     }
                     Transition::Wait { wait, .. } => {
                         process.waiting = Some(*wait);
-                        let answered = process.mailbox.iter().any(|signal| signal.wait == Some(*wait));
-                        process.status = if answered { Status::Running } else { Status::Waiting };
+                        let answered = process
+                            .mailbox
+                            .iter()
+                            .any(|signal| signal.wait == Some(*wait));
+                        process.status = if answered {
+                            Status::Running
+                        } else {
+                            Status::Waiting
+                        };
                     }
-                    Transition::Complete { output, .. } => process.terminate(Termination::completed(output.clone())),
-                    Transition::Fail { failure, .. } => process.terminate(Termination::failed(failure.clone())),
+                    Transition::Complete { output, .. } => {
+                        process.terminate(Termination::completed(output.clone()))
+                    }
+                    Transition::Fail { failure, .. } => {
+                        process.terminate(Termination::failed(failure.clone()))
+                    }
                 }
                 Ok(())
             }
@@ -415,8 +442,12 @@ impl TreeState {
             } => {
                 let process = self.process_mut(*process)?;
                 let slot = process.slot_mut(*effect)?;
-                if !matches!(&slot.phase, Phase::Settled(s) if s.is_unknown()) || settlement.is_unknown() {
-                    return inconsistent(format!("effect {effect} is not unknown or the resolution is"));
+                if !matches!(&slot.phase, Phase::Settled(s) if s.is_unknown())
+                    || settlement.is_unknown()
+                {
+                    return inconsistent(format!(
+                        "effect {effect} is not unknown or the resolution is"
+                    ));
                 }
                 slot.phase = Phase::Settled(settlement.clone());
                 let reserve = ProcessState::reserve_of(slot);
@@ -440,7 +471,9 @@ impl TreeState {
                 for signal in signals {
                     if let Some(wait) = signal.wait {
                         if process.waits.remove(&wait).is_none() {
-                            return inconsistent(format!("signal answers wait {wait}, which is not open"));
+                            return inconsistent(format!(
+                                "signal answers wait {wait}, which is not open"
+                            ));
                         }
                         process.answered.insert(wait);
                         if process.waiting == Some(wait) && process.status == Status::Waiting {
@@ -448,14 +481,20 @@ impl TreeState {
                         }
                     }
                     if !signal.id.is_engine() {
-                        process.receipts.insert(signal.id.clone(), signal_digest(signal));
+                        process
+                            .receipts
+                            .insert(signal.id.clone(), signal_digest(signal));
                     }
                     process.usage.signals += 1;
                     process.mailbox.push_back(signal.clone());
                 }
                 Ok(())
             }
-            RecordBody::CancelRequested { process, cause, reason } => {
+            RecordBody::CancelRequested {
+                process,
+                cause,
+                reason,
+            } => {
                 let process = self.process_mut(*process)?;
                 if process.cancel.is_none() {
                     process.cancel = Some(CancelIntent {
@@ -465,7 +504,10 @@ impl TreeState {
                 }
                 Ok(())
             }
-            RecordBody::Terminated { process, termination } => {
+            RecordBody::Terminated {
+                process,
+                termination,
+            } => {
                 let process = self.process_mut(*process)?;
                 process.terminate(termination.clone());
                 Ok(())
@@ -482,7 +524,10 @@ pub(crate) fn signal_digest(signal: &Signal) -> Digest {
         _ => Digest::ZERO,
     };
     let wait = signal.wait.map(|w| *w.as_bytes()).unwrap_or([0; 16]);
-    Digest::of_parts(crate::digest::Purpose::Identity, &[b"signal", &wait, payload.as_bytes()])
+    Digest::of_parts(
+        crate::digest::Purpose::Identity,
+        &[b"signal", &wait, payload.as_bytes()],
+    )
 }
 
 /// A failure for a cancellation or deadline that ended a process.
@@ -491,8 +536,12 @@ pub(crate) fn ending_failure(cause: Cause, reason: &str) -> Failure {
         Cause::HostCancellation | Cause::ParentCancellation => {
             Failure::execution("engine.canceled", format!("canceled by {cause}: {reason}"))
         }
-        Cause::HostDeadline | Cause::ParentDeadline => Failure::execution("engine.deadline", format!("{cause} passed")),
+        Cause::HostDeadline | Cause::ParentDeadline => {
+            Failure::execution("engine.deadline", format!("{cause} passed"))
+        }
         Cause::Kill => Failure::execution("engine.killed", format!("killed: {reason}")),
-        Cause::Failure | Cause::Completion => Failure::execution("engine.terminated", reason.to_owned()),
+        Cause::Failure | Cause::Completion => {
+            Failure::execution("engine.terminated", reason.to_owned())
+        }
     }
 }

@@ -127,7 +127,9 @@ impl ProcessView {
                 }
                 .to_owned(),
                 request: match (&slot.effect, private) {
-                    (Effect::Dispatch { request, .. } | Effect::Wait { request, .. }, true) => Some(request.clone()),
+                    (Effect::Dispatch { request, .. } | Effect::Wait { request, .. }, true) => {
+                        Some(request.clone())
+                    }
                     _ => None,
                 },
             })
@@ -268,7 +270,10 @@ impl EventKind {
         match body {
             RecordBody::TreeStarted { root, .. } => (*root, EventKind::ProcessStarted { seq }),
             RecordBody::StepAdopted {
-                process, step, transition, ..
+                process,
+                step,
+                transition,
+                ..
             } => (
                 *process,
                 EventKind::StepAdopted {
@@ -282,7 +287,13 @@ impl EventKind {
                     },
                 },
             ),
-            RecordBody::EffectPending { process, effect } => (*process, EventKind::EffectPending { seq, effect: *effect }),
+            RecordBody::EffectPending { process, effect } => (
+                *process,
+                EventKind::EffectPending {
+                    seq,
+                    effect: *effect,
+                },
+            ),
             RecordBody::EffectSettled {
                 process,
                 effect,
@@ -295,9 +306,16 @@ impl EventKind {
                     unknown: settlement.is_unknown(),
                 },
             ),
-            RecordBody::EffectResolved { process, effect, .. } | RecordBody::EffectReplayed { process, effect } => {
-                (*process, EventKind::EffectResolved { seq, effect: *effect })
+            RecordBody::EffectResolved {
+                process, effect, ..
             }
+            | RecordBody::EffectReplayed { process, effect } => (
+                *process,
+                EventKind::EffectResolved {
+                    seq,
+                    effect: *effect,
+                },
+            ),
             RecordBody::SignalsAdmitted { process, signals } => (
                 *process,
                 EventKind::SignalsAdmitted {
@@ -305,8 +323,13 @@ impl EventKind {
                     count: signals.len(),
                 },
             ),
-            RecordBody::CancelRequested { process, .. } => (*process, EventKind::CancelRequested { seq }),
-            RecordBody::Terminated { process, termination } => (
+            RecordBody::CancelRequested { process, .. } => {
+                (*process, EventKind::CancelRequested { seq })
+            }
+            RecordBody::Terminated {
+                process,
+                termination,
+            } => (
                 *process,
                 EventKind::Terminated {
                     seq,
