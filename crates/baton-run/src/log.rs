@@ -78,6 +78,9 @@ impl fmt::Display for RecordKind {
 }
 
 /// The facts a record carries.
+// Records are short-lived values between the engine and the log; boxing the
+// large start variant would only add an allocation to every tree start.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum RecordBody {

@@ -215,10 +215,10 @@ pub fn budget_steps(steps: u64) -> Budget {
 pub async fn open_wait<O>(handle: &baton_run::ProcessHandle<O>) -> WaitId {
     for _ in 0..10_000 {
         let view = handle.inspect().await.expect("inspects");
-        if let Some(wait) = view.root().open_waits.first() {
-            if view.root().status == baton_run::Status::Waiting {
-                return wait.id;
-            }
+        if let Some(wait) = view.root().open_waits.first()
+            && view.root().status == baton_run::Status::Waiting
+        {
+            return wait.id;
         }
         tokio::task::yield_now().await;
     }
