@@ -151,6 +151,12 @@ impl From<Failure> for StepError {
     }
 }
 
+impl From<crate::ids::IdError> for StepError {
+    fn from(error: crate::ids::IdError) -> StepError {
+        StepError(Failure::contract("execution.id.invalid", error.to_string()))
+    }
+}
+
 impl From<crate::payload::PayloadError> for StepError {
     fn from(error: crate::payload::PayloadError) -> StepError {
         StepError(Failure::contract(
@@ -299,12 +305,17 @@ pub struct Termination {
 struct TerminationWire {
     status: Status,
     cause: Cause,
-    #[serde(default)]
+    // An explicit JSON `null` output is a present output.
+    #[serde(default, deserialize_with = "present")]
     output: Option<Payload>,
     #[serde(default)]
     failure: Option<Failure>,
     #[serde(default)]
     unresolved_effects: Vec<EffectId>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Payload>, D::Error> {
+    Payload::deserialize(deserializer).map(Some)
 }
 
 impl TryFrom<TerminationWire> for Termination {

@@ -59,8 +59,8 @@
 //! engine commits a record and only then acts on it: a dispatch's pending
 //! record is durable before the dispatcher is called, a settlement before
 //! the process sees it, a host signal before it is acknowledged. Recovery
-//! restores the recorded state and folds the later records; it never
-//! re-runs a step.
+//! folds the records after the latest snapshot and restores each execution
+//! from its recorded state; it never re-runs a step.
 //!
 //! **Budgets only shrink.** A [`Budget`](run::Budget) limits steps,
 //! effects, signals and named meters (such as `tokens`). Everything is

@@ -111,6 +111,8 @@ struct Actor {
     after: Vec<After>,
     in_flight: BTreeMap<EffectId, InFlight>,
     replay_allowed: BTreeSet<EffectId>,
+    /// Inspections wait for the round's commit so they show committed state only.
+    inspects: Vec<oneshot::Sender<Result<TreeView, ControlError>>>,
     attempts: u64,
     commands: mpsc::UnboundedReceiver<Command>,
     completions: mpsc::UnboundedReceiver<Completion>,
@@ -195,6 +197,11 @@ pub(super) async fn start(
                 return Err(error.into());
             }
         };
+        let root = &folded.0.processes[&tree];
+        if root.program.digest != program.reference().digest || root.input != input.digest() {
+            release(engine).await;
+            return Err(StartError::Conflict { id });
+        }
         if folded.0.root_termination().is_some() {
             release(engine).await;
             return Ok(finished(engine, &folded.0));
@@ -378,6 +385,7 @@ fn spawn_with(
         after: Vec::new(),
         in_flight: BTreeMap::new(),
         replay_allowed: BTreeSet::new(),
+        inspects: Vec::new(),
         attempts: 0,
         commands,
         completions,
@@ -566,10 +574,7 @@ impl Actor {
                 });
                 self.reply(reply, result);
             }
-            Command::Inspect { reply } => {
-                let view = TreeView::of(&self.state, self.head_seq, self.head, false);
-                let _ = reply.send(Ok(view));
-            }
+            Command::Inspect { reply } => self.inspects.push(reply),
             Command::Close { reply } => return Some(reply),
         }
         None
@@ -1138,6 +1143,14 @@ impl Actor {
     }
 
     fn flush_after(&mut self) {
+        for reply in std::mem::take(&mut self.inspects) {
+            let _ = reply.send(Ok(TreeView::of(
+                &self.state,
+                self.head_seq,
+                self.head,
+                false,
+            )));
+        }
         for action in std::mem::take(&mut self.after) {
             match action {
                 After::Reply(reply) => reply(),
