@@ -3,13 +3,15 @@
 //! `cargo xtask ci` is the single definition of CI: it runs every check the project has, in
 //! order, and summarizes the failures. `cargo xtask tidy` runs only the architecture and hygiene
 //! checks of [`tidy`], which plain `cargo test` also enforces through a test in that module.
-//! See `docs/development.md` for what each step does.
+//! `cargo xtask bench` runs the kernel benchmarks (`baton-bench`) in release mode.
+//! See `docs/development.md` for what each step does and `docs/performance.md` for the bench.
 
 mod ci;
 mod tidy;
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
+use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
 
@@ -21,6 +23,8 @@ commands:
   ci [STEP...]   run the CI steps (all of them when none is named), in order:
                  fmt, clippy, test, doctest, rustdoc, tidy
   tidy           run the tidy checks (dependency edges, crate docs, ignored tests, manifests)
+  bench [ARG...] run the kernel benchmarks in release mode, passing ARGs to baton-bench
+                 (`cargo xtask bench -- --help` lists them)
   help           print this text";
 
 fn main() -> ExitCode {
@@ -48,6 +52,7 @@ fn run() -> Result<ExitCode> {
             }
             tidy_command(&workspace_root()?)
         }
+        "bench" => bench_command(&workspace_root()?, rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             Ok(ExitCode::SUCCESS)
@@ -68,6 +73,24 @@ fn tidy_command(root: &Path) -> Result<ExitCode> {
     }
     println!("tidy: {} violation(s)", violations.len());
     Ok(ExitCode::FAILURE)
+}
+
+/// Runs `cargo run --release --locked -p baton-bench -- ARGS` and passes its exit status on.
+fn bench_command(root: &Path, args: &[String]) -> Result<ExitCode> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    // A leading `--` only separates xtask's arguments from the bench's.
+    let args = args.strip_prefix(&["--".to_owned()]).unwrap_or(args);
+    let status = Command::new(&cargo)
+        .current_dir(root)
+        .args(["run", "--release", "--locked", "-p", "baton-bench", "--"])
+        .args(args)
+        .status()
+        .with_context(|| format!("failed to run `{} run`", cargo.to_string_lossy()))?;
+    Ok(if status.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// The workspace root: the parent of this crate's manifest directory.

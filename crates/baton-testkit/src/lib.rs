@@ -1,7 +1,7 @@
 //! # baton-testkit: conformance suites and test doubles for Baton
 //!
 //! Owns what every implementation of a kernel contract is checked with:
-//! [`definition_conformance`] for [`Definition`]s, a [`ScriptedDispatcher`]
+//! [`definition_conformance`] for [`Definition`](baton_run::Definition)s, a [`ScriptedDispatcher`]
 //! that counts how often each effect id was dispatched, and a
 //! [`FaultStore`] that cuts a store before or after the n-th commit of a
 //! given record kind, as a crash would.

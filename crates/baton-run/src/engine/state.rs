@@ -30,7 +30,8 @@ pub(crate) struct TreeState {
     pub root: ProcessId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<Timestamp>,
-    pub processes: BTreeMap<ProcessId, ProcessState>,
+    /// Boxed so a one-process tree does not pay for a whole B-tree node of states.
+    pub processes: BTreeMap<ProcessId, Box<ProcessState>>,
 }
 
 /// The committed state of one process.
@@ -294,7 +295,7 @@ impl TreeState {
             start: start.clone(),
             root: *root,
             deadline: *deadline,
-            processes: BTreeMap::from([(*root, process)]),
+            processes: BTreeMap::from([(*root, Box::new(process))]),
         })
     }
 

@@ -1,0 +1,812 @@
+//! # baton-bench: workloads that measure the Baton kernel
+//!
+//! `baton-bench [WORKLOAD...] [--json] [--runs N]` runs the named workloads
+//! (all of them when none is named) on the in-memory store and prints one
+//! JSON line per workload, then a table (`--json` prints only the JSON
+//! lines). `cargo xtask bench` runs it in release mode.
+//!
+//! Workloads:
+//! - `step`: one root loops `Continue` with no effects and a counter state
+//!   until its step budget ends it; the figure is wall time per step.
+//! - `dispatch`: one root dispatches one effect per step to an echo
+//!   dispatcher; the figure is wall time per dispatch (a pending commit, a
+//!   settled commit and a step).
+//! - `idle`: many roots each open an external wait and sleep on it; the
+//!   figure is resident memory growth per waiting process.
+//!
+//! Each workload runs in a child process of its own (this binary again, with
+//! the hidden `--worker` flag) so that its peak resident memory is its own;
+//! each `idle` run gets a fresh process, because memory freed by an earlier
+//! run would otherwise hide growth. `step` and `dispatch` run once to warm
+//! up and then `--runs` times; the medians and 90th percentiles are of the
+//! per-run figures. CPU time is the sum over the process's threads of the
+//! on-CPU time in `/proc/self/task/*/schedstat`.
+//!
+//! The bench depends only on the `baton` facade; it measures `baton::run`.
+
+use std::fmt::Write as _;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use baton::run::log::RecordKind;
+use baton::run::{
+    BoxFuture, Budget, ChildKey, Definition, Descriptor, DispatchCall, Dispatcher, Effect, Engine,
+    EngineConfig, Execution, ExecutionState, MemoryStore, Payload, ProcessHandle, Program,
+    ProgramConfig, ReplayPolicy, Schema, Settlement, Signal, SignalBody, StartId, StartRequest,
+    Status, StepError, Transition, TreeId, WaitId, configuration_digest, implementation_digest,
+};
+use serde::{Deserialize, Serialize};
+
+/// Help text, printed for `--help` and after a usage error.
+const USAGE: &str = "\
+usage: baton-bench [WORKLOAD...] [--json] [--runs N] [--steps N] [--dispatches N] [--idle N]
+
+workloads (all when none is named):
+  step       wall time per step of a root that loops Continue with a counter state
+  dispatch   wall time per dispatch to an echo dispatcher (pending + settled + step)
+  idle       resident memory per process waiting on an external wait
+
+options:
+  --json          print only the JSON lines, not the table
+  --runs N        measured runs per workload after one warm-up (default 5)
+  --steps N       steps per `step` run (default 20000)
+  --dispatches N  dispatches per `dispatch` run (default 5000)
+  --idle N        waiting roots per `idle` run (default 20000)";
+
+/// Roots started (and left waiting) in an `idle` run before the baseline
+/// reading, so lazily built runtime and allocator structures are not charged
+/// to the measured roots.
+const IDLE_WARM_UP: usize = 64;
+
+/// A workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Workload {
+    /// Steps with no effects.
+    Step,
+    /// One echo dispatch per step.
+    Dispatch,
+    /// Processes asleep on an external wait.
+    Idle,
+}
+
+impl Workload {
+    /// Every workload, in the order they run.
+    const ALL: [Workload; 3] = [Workload::Step, Workload::Dispatch, Workload::Idle];
+
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Step => "step",
+            Workload::Dispatch => "dispatch",
+            Workload::Idle => "idle",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Workload> {
+        Workload::ALL.into_iter().find(|w| w.name() == name)
+    }
+
+    /// The unit of the headline figure.
+    fn unit(self) -> &'static str {
+        match self {
+            Workload::Step => "us/step",
+            Workload::Dispatch => "us/dispatch",
+            Workload::Idle => "bytes/process",
+        }
+    }
+
+    /// The unit of `bytes_written`.
+    fn per(self) -> &'static str {
+        match self {
+            Workload::Step => "step",
+            Workload::Dispatch => "dispatch",
+            Workload::Idle => "process",
+        }
+    }
+}
+
+/// The parsed command line.
+#[derive(Debug)]
+struct Options {
+    workloads: Vec<Workload>,
+    json: bool,
+    runs: usize,
+    steps: u64,
+    dispatches: u64,
+    idle: usize,
+    /// Hidden: run one workload in this process and print its samples.
+    worker: Option<Workload>,
+    /// Hidden, with `--worker`: run once before the measured runs.
+    warm_up: bool,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Options> {
+        let mut options = Options {
+            workloads: Vec::new(),
+            json: false,
+            runs: 5,
+            steps: 20_000,
+            dispatches: 5_000,
+            idle: 20_000,
+            worker: None,
+            warm_up: false,
+        };
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            let mut number = |flag: &str| -> Result<u64> {
+                let value = args
+                    .next()
+                    .with_context(|| format!("`{flag}` needs a number\n\n{USAGE}"))?;
+                match value.parse::<u64>() {
+                    Ok(n) if n > 0 => Ok(n),
+                    _ => bail!("`{flag}` needs a positive number, got `{value}`\n\n{USAGE}"),
+                }
+            };
+            match arg.as_str() {
+                "--json" => options.json = true,
+                "--runs" => options.runs = usize::try_from(number("--runs")?)?,
+                "--steps" => options.steps = number("--steps")?,
+                "--dispatches" => options.dispatches = number("--dispatches")?,
+                "--idle" => options.idle = usize::try_from(number("--idle")?)?,
+                "--warm-up" => options.warm_up = true,
+                "--worker" => {
+                    let name = args.next().context("`--worker` needs a workload")?;
+                    options.worker = Some(
+                        Workload::parse(name)
+                            .with_context(|| format!("unknown workload `{name}`\n\n{USAGE}"))?,
+                    );
+                }
+                other => match Workload::parse(other) {
+                    Some(workload) if !options.workloads.contains(&workload) => {
+                        options.workloads.push(workload);
+                    }
+                    Some(_) => {}
+                    None => bail!("unknown argument `{other}`\n\n{USAGE}"),
+                },
+            }
+        }
+        if options.workloads.is_empty() {
+            options.workloads = Workload::ALL.to_vec();
+        }
+        Ok(options)
+    }
+
+    /// The work per run: steps, dispatches or waiting roots.
+    fn size(&self, workload: Workload) -> u64 {
+        match workload {
+            Workload::Step => self.steps,
+            Workload::Dispatch => self.dispatches,
+            Workload::Idle => self.idle as u64,
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let result = match Options::parse(&args) {
+        Ok(options) => match options.worker {
+            Some(workload) => worker(workload, &options).await,
+            None => orchestrate(&options),
+        },
+        Err(error) => Err(error),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Measurement primitives
+// ---------------------------------------------------------------------------
+
+/// Reads the wall clock: the bench's only clock.
+#[expect(clippy::disallowed_methods, reason = "benchmarks measure wall time")]
+fn now() -> Instant {
+    Instant::now()
+}
+
+/// A `kB` field of `/proc/self/status` (`VmRSS`, `VmHWM`), in bytes.
+fn status_bytes(field: &str) -> Result<u64> {
+    let status =
+        std::fs::read_to_string("/proc/self/status").context("failed to read /proc/self/status")?;
+    let line = status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .with_context(|| format!("/proc/self/status has no {field}"))?;
+    let kib: u64 = line
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .with_context(|| format!("unreadable {field}: {line}"))?;
+    Ok(kib * 1024)
+}
+
+/// Nanoseconds every live thread of this process has spent on a CPU.
+fn cpu_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(|task| {
+            let schedstat = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
+            schedstat.split_whitespace().next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// The figures of one run.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+struct Sample {
+    /// The headline figure, in the workload's unit.
+    figure: f64,
+    /// CPU microseconds per unit of work, when the figure is a time.
+    cpu: Option<f64>,
+    /// Log record bytes per unit of work.
+    bytes_written: f64,
+}
+
+/// What a worker process reports.
+#[derive(Debug, Serialize, Deserialize)]
+struct WorkerReport {
+    samples: Vec<Sample>,
+    peak_rss_bytes: u64,
+}
+
+/// The result of one workload: one JSON line.
+#[derive(Debug, Serialize)]
+struct Line {
+    /// The workload's name.
+    workload: &'static str,
+    /// The store it ran on.
+    store: &'static str,
+    /// The unit of `median` and `p90`.
+    unit: &'static str,
+    /// Median of the per-run figures.
+    median: f64,
+    /// Nearest-rank 90th percentile of the per-run figures.
+    p90: f64,
+    /// Measured runs (the warm-up is not counted).
+    runs: usize,
+    /// Steps, dispatches or waiting roots per run.
+    size: u64,
+    /// The largest `VmHWM` of the workload's worker processes.
+    peak_rss_bytes: u64,
+    /// Median log record bytes per step, dispatch or waiting root.
+    bytes_written: f64,
+    /// Median CPU microseconds (all threads) per unit, for timed workloads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu_median: Option<f64>,
+}
+
+/// The median of sorted values (the mean of the middle two for an even count).
+fn median(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        f64::midpoint(sorted[n / 2 - 1], sorted[n / 2])
+    }
+}
+
+/// The nearest-rank 90th percentile of sorted values.
+fn p90(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    let rank = (n * 9).div_ceil(10).max(1);
+    sorted[rank - 1]
+}
+
+fn sorted(values: impl Iterator<Item = f64>) -> Vec<f64> {
+    let mut values: Vec<f64> = values.collect();
+    values.sort_by(f64::total_cmp);
+    values
+}
+
+// ---------------------------------------------------------------------------
+// Orchestration (the parent process)
+// ---------------------------------------------------------------------------
+
+/// Runs every selected workload in worker processes and prints the results.
+fn orchestrate(options: &Options) -> Result<()> {
+    let mut results = Vec::new();
+    for &workload in &options.workloads {
+        let mut samples = Vec::new();
+        let mut peak_rss_bytes = 0;
+        let reports = match workload {
+            // A fresh process per run: the baseline must not include memory
+            // an earlier run freed.
+            Workload::Idle => (0..options.runs)
+                .map(|_| spawn_worker(workload, options, 1, false))
+                .collect::<Result<Vec<_>>>()?,
+            Workload::Step | Workload::Dispatch => {
+                vec![spawn_worker(workload, options, options.runs, true)?]
+            }
+        };
+        for report in reports {
+            samples.extend(report.samples);
+            peak_rss_bytes = peak_rss_bytes.max(report.peak_rss_bytes);
+        }
+        let figures = sorted(samples.iter().map(|s| s.figure));
+        let cpu = sorted(samples.iter().filter_map(|s| s.cpu));
+        let bytes = sorted(samples.iter().map(|s| s.bytes_written));
+        let line = Line {
+            workload: workload.name(),
+            store: "memory",
+            unit: workload.unit(),
+            median: round(median(&figures)),
+            p90: round(p90(&figures)),
+            runs: samples.len(),
+            size: options.size(workload),
+            peak_rss_bytes,
+            bytes_written: round(median(&bytes)),
+            cpu_median: (!cpu.is_empty()).then(|| round(median(&cpu))),
+        };
+        println!("{}", serde_json::to_string(&line)?);
+        results.push(line);
+    }
+    if !options.json {
+        println!();
+        print!("{}", table(&results));
+    }
+    Ok(())
+}
+
+/// Rounds to three decimals for printing.
+fn round(value: f64) -> f64 {
+    (value * 1000.0).round() / 1000.0
+}
+
+/// Runs this binary as a worker for `workload` and reads its report.
+fn spawn_worker(
+    workload: Workload,
+    options: &Options,
+    runs: usize,
+    warm_up: bool,
+) -> Result<WorkerReport> {
+    let exe = std::env::current_exe().context("cannot find the bench binary")?;
+    let mut command = Command::new(exe);
+    command
+        .args(["--worker", workload.name()])
+        .args(["--runs", &runs.to_string()])
+        .args(["--steps", &options.steps.to_string()])
+        .args(["--dispatches", &options.dispatches.to_string()])
+        .args(["--idle", &options.idle.to_string()])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit());
+    if warm_up {
+        command.arg("--warm-up");
+    }
+    let output = command
+        .output()
+        .with_context(|| format!("failed to run the `{}` worker", workload.name()))?;
+    if !output.status.success() {
+        bail!(
+            "the `{}` worker failed ({})",
+            workload.name(),
+            output.status
+        );
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout
+        .lines()
+        .last()
+        .with_context(|| format!("the `{}` worker printed nothing", workload.name()))?;
+    serde_json::from_str(last)
+        .with_context(|| format!("the `{}` worker printed `{last}`", workload.name()))
+}
+
+/// The human table of the results.
+fn table(results: &[Line]) -> String {
+    let header = [
+        "workload",
+        "unit",
+        "median",
+        "p90",
+        "cpu median",
+        "bytes written",
+        "peak RSS MiB",
+        "runs",
+    ];
+    let mut rows = vec![header.map(str::to_owned).to_vec()];
+    for line in results {
+        let per = Workload::parse(line.workload).map_or("unit", Workload::per);
+        rows.push(vec![
+            line.workload.to_owned(),
+            line.unit.to_owned(),
+            line.median.to_string(),
+            line.p90.to_string(),
+            line.cpu_median
+                .map_or("-".to_owned(), |cpu| cpu.to_string()),
+            format!("{} B/{per}", line.bytes_written),
+            format!("{:.1}", line.peak_rss_bytes as f64 / 1_048_576.0),
+            line.runs.to_string(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|column| rows.iter().map(|row| row[column].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in &rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Workers (one process per workload, or per `idle` run)
+// ---------------------------------------------------------------------------
+
+/// Runs one workload in this process and prints a [`WorkerReport`] line.
+async fn worker(workload: Workload, options: &Options) -> Result<()> {
+    let total = options.runs + usize::from(options.warm_up);
+    let mut samples = Vec::with_capacity(total);
+    for run in 0..total {
+        let sample = match workload {
+            Workload::Step => step_run(run, options.steps).await?,
+            Workload::Dispatch => dispatch_run(run, options.dispatches).await?,
+            Workload::Idle => idle_run(run, options.idle).await?,
+        };
+        samples.push(sample);
+    }
+    if options.warm_up {
+        samples.remove(0);
+    }
+    let report = WorkerReport {
+        samples,
+        peak_rss_bytes: status_bytes("VmHWM")?,
+    };
+    println!("{}", serde_json::to_string(&report)?);
+    Ok(())
+}
+
+/// Log bytes of a tree and how many of its records are adopted steps.
+fn written(store: &MemoryStore, tree: TreeId) -> (u64, u64) {
+    store
+        .records(tree)
+        .iter()
+        .fold((0, 0), |(bytes, steps), r| {
+            (
+                bytes + r.body.len() as u64,
+                steps + u64::from(r.kind == RecordKind::StepAdopted),
+            )
+        })
+}
+
+/// A start request for the bench scope.
+fn request(key: String, input: u64) -> Result<StartRequest<u64>> {
+    Ok(StartRequest::new(StartId::new("bench", key)?, input))
+}
+
+/// `step`: a root that continues with no effects until its budget of
+/// `steps` steps ends it (`engine.limit.steps`, the expected ending).
+async fn step_run(run: usize, steps: u64) -> Result<Sample> {
+    let store = MemoryStore::keeping_history();
+    let program = program(Workload::Step, None)?;
+    let engine = Engine::new(EngineConfig::new(store.clone()).program(&program));
+    let mut start = request(format!("step-{run}"), 0)?;
+    start.budget = Budget::unlimited().with_steps(steps);
+
+    let (cpu0, t0) = (cpu_ns(), now());
+    let handle = engine.start(&program, start).await?;
+    let termination = handle.await_result().await?;
+    let (elapsed, cpu) = (now().duration_since(t0), cpu_ns().saturating_sub(cpu0));
+
+    let code = termination.failure().map(|f| f.code().to_owned());
+    if termination.status() != Status::Failed || code.as_deref() != Some("engine.limit.steps") {
+        bail!("the step root ended {termination}, not with engine.limit.steps");
+    }
+    let (bytes, adopted) = written(&store, handle.tree());
+    if adopted != steps {
+        bail!("the step root adopted {adopted} steps, not {steps}");
+    }
+    engine.close().await;
+    Ok(Sample {
+        figure: elapsed.as_secs_f64() * 1e6 / steps as f64,
+        cpu: Some(cpu as f64 / 1e3 / steps as f64),
+        bytes_written: bytes as f64 / adopted as f64,
+    })
+}
+
+/// `dispatch`: a root that dispatches one effect per step to an echo
+/// dispatcher, `dispatches` times, then completes.
+async fn dispatch_run(run: usize, dispatches: u64) -> Result<Sample> {
+    let store = MemoryStore::keeping_history();
+    let program = program(Workload::Dispatch, Some(Arc::new(Echo)))?;
+    let engine = Engine::new(EngineConfig::new(store.clone()).program(&program));
+    let start = request(format!("dispatch-{run}"), dispatches)?;
+
+    let (cpu0, t0) = (cpu_ns(), now());
+    let handle = engine.start(&program, start).await?;
+    let output = handle.output().await?;
+    let (elapsed, cpu) = (now().duration_since(t0), cpu_ns().saturating_sub(cpu0));
+
+    if output != dispatches {
+        bail!("the dispatch root completed with {output}, not {dispatches}");
+    }
+    let (bytes, _) = written(&store, handle.tree());
+    engine.close().await;
+    Ok(Sample {
+        figure: elapsed.as_secs_f64() * 1e6 / dispatches as f64,
+        cpu: Some(cpu as f64 / 1e3 / dispatches as f64),
+        bytes_written: bytes as f64 / dispatches as f64,
+    })
+}
+
+/// `idle`: starts `roots` roots that each open an external wait and sleep on
+/// it; the figure is the growth of resident memory per waiting root.
+async fn idle_run(run: usize, roots: usize) -> Result<Sample> {
+    let store = MemoryStore::new();
+    let program = program(Workload::Idle, None)?;
+    let engine = Engine::new(EngineConfig::new(store.clone()).program(&program));
+    let mut handles = Vec::with_capacity(IDLE_WARM_UP.max(roots));
+    let mut trees = Vec::with_capacity(roots);
+    start_waiting(
+        &engine,
+        &program,
+        &format!("warm-{run}"),
+        IDLE_WARM_UP,
+        &mut handles,
+    )
+    .await?;
+    handles.clear();
+
+    let before = status_bytes("VmRSS")?;
+    start_waiting(
+        &engine,
+        &program,
+        &format!("idle-{run}"),
+        roots,
+        &mut handles,
+    )
+    .await?;
+    trees.extend(handles.iter().map(ProcessHandle::tree));
+    handles.clear();
+    let after = status_bytes("VmRSS")?;
+
+    let bytes: u64 = trees.iter().map(|tree| written(&store, *tree).0).sum();
+    drop(engine);
+    Ok(Sample {
+        figure: after.saturating_sub(before) as f64 / roots as f64,
+        cpu: None,
+        bytes_written: bytes as f64 / roots as f64,
+    })
+}
+
+/// Starts `count` idle roots and returns once every one of them is waiting.
+async fn start_waiting(
+    engine: &Engine,
+    program: &Program<u64, u64>,
+    prefix: &str,
+    count: usize,
+    handles: &mut Vec<ProcessHandle<u64>>,
+) -> Result<()> {
+    for index in 0..count {
+        handles.push(
+            engine
+                .start(program, request(format!("{prefix}-{index}"), 0)?)
+                .await?,
+        );
+    }
+    for handle in handles.iter() {
+        let mut polls = 0u32;
+        loop {
+            let view = handle.inspect().await?;
+            match view.root().status {
+                Status::Waiting => break,
+                Status::Running if polls < 1_000_000 => {}
+                other => bail!("an idle root is {other:?} instead of waiting"),
+            }
+            polls += 1;
+            tokio::task::yield_now().await;
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// The measured program and dispatcher
+// ---------------------------------------------------------------------------
+
+/// Everything a bench process remembers between steps.
+#[derive(Debug, Serialize, Deserialize)]
+struct State {
+    /// Steps taken (`step`), dispatches declared (`dispatch`) or whether the
+    /// wait was declared (`idle`).
+    count: u64,
+    /// How many dispatches to make (`dispatch` only).
+    limit: u64,
+    /// The wait it sleeps on (`idle` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    wait: Option<WaitId>,
+}
+
+/// The behaviour of every bench program; `workload` picks the loop.
+struct Bench {
+    workload: Workload,
+    descriptor: Descriptor,
+    /// The idle wait's answer schema, compiled once and shared by every wait.
+    answer: Schema,
+}
+
+struct Run {
+    workload: Workload,
+    answer: Schema,
+    state: State,
+}
+
+impl Definition for Bench {
+    fn descriptor(&self) -> &Descriptor {
+        &self.descriptor
+    }
+
+    fn start(&self, input: &Payload) -> Result<Box<dyn Execution>, StepError> {
+        Ok(Box::new(Run {
+            workload: self.workload,
+            answer: self.answer.clone(),
+            state: State {
+                count: 0,
+                limit: input.decode()?,
+                wait: None,
+            },
+        }))
+    }
+
+    fn restore(&self, state: &ExecutionState) -> Result<Box<dyn Execution>, StepError> {
+        Ok(Box::new(Run {
+            workload: self.workload,
+            answer: self.answer.clone(),
+            state: state.decode()?,
+        }))
+    }
+}
+
+impl Execution for Run {
+    fn step(&mut self, window: &[Signal]) -> Result<Transition, StepError> {
+        let state = &mut self.state;
+        match self.workload {
+            Workload::Step => {
+                state.count += 1;
+                Ok(Transition::Continue {
+                    consumed: window.len(),
+                    effects: Vec::new(),
+                })
+            }
+            Workload::Dispatch if state.count < state.limit => {
+                state.count += 1;
+                Ok(Transition::Continue {
+                    consumed: window.len(),
+                    effects: vec![Effect::dispatch(Payload::encode(&state.count)?)],
+                })
+            }
+            Workload::Dispatch => Ok(Transition::Complete {
+                consumed: window.len(),
+                output: Payload::encode(&state.count)?,
+            }),
+            Workload::Idle if state.count == 0 => {
+                state.count = 1;
+                Ok(Transition::Continue {
+                    consumed: 0,
+                    effects: vec![Effect::Wait {
+                        key: ChildKey::new("answer").map_err(StepError::other)?,
+                        request: Payload::null(),
+                        answer_schema: self.answer.clone(),
+                    }],
+                })
+            }
+            Workload::Idle => {
+                for signal in window {
+                    if let SignalBody::WaitOpened { wait, .. } = &signal.body {
+                        state.wait = Some(*wait);
+                    }
+                }
+                let wait = state
+                    .wait
+                    .ok_or_else(|| StepError::other("stepped before the wait opened"))?;
+                Ok(Transition::Wait {
+                    consumed: window.len(),
+                    wait,
+                })
+            }
+        }
+    }
+
+    fn snapshot(&self) -> Result<ExecutionState, StepError> {
+        ExecutionState::encode(&self.state)
+    }
+}
+
+/// Binds the bench program of a workload.
+fn program(
+    workload: Workload,
+    dispatcher: Option<Arc<dyn Dispatcher>>,
+) -> Result<Program<u64, u64>> {
+    let definition = Bench {
+        workload,
+        descriptor: Descriptor::new(
+            &format!("bench.{}", workload.name()),
+            "A benchmark workload of the Baton kernel.",
+            Schema::of::<u64>(),
+            Schema::of::<u64>(),
+        )?,
+        answer: Schema::of::<bool>(),
+    };
+    Ok(Program::new(ProgramConfig {
+        definition: Arc::new(definition),
+        dispatcher,
+        implementation: implementation_digest(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
+        configuration: configuration_digest(&workload)?,
+    }))
+}
+
+/// Settles every dispatch at once with its own request.
+struct Echo;
+
+impl Dispatcher for Echo {
+    fn replay_policy(&self, _request: &Payload) -> ReplayPolicy {
+        ReplayPolicy::Never
+    }
+
+    fn dispatch(&self, call: DispatchCall) -> BoxFuture<'static, Settlement> {
+        Box::pin(std::future::ready(Settlement::ok(call.request)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles() {
+        assert_eq!(median(&[1.0, 2.0, 3.0]), 2.0);
+        assert_eq!(median(&[1.0, 2.0, 3.0, 4.0]), 2.5);
+        assert_eq!(p90(&[1.0, 2.0, 3.0, 4.0, 5.0]), 5.0);
+        assert_eq!(p90(&(1..=10).map(f64::from).collect::<Vec<_>>()), 9.0);
+        assert_eq!(p90(&[7.0]), 7.0);
+    }
+
+    #[test]
+    fn options_parse() {
+        let args: Vec<String> = ["idle", "step", "--runs", "3", "--idle", "100", "--json"]
+            .map(String::from)
+            .to_vec();
+        let options = Options::parse(&args).unwrap();
+        assert_eq!(options.workloads, [Workload::Idle, Workload::Step]);
+        assert_eq!((options.runs, options.idle, options.json), (3, 100, true));
+        assert!(Options::parse(&["nope".to_owned()]).is_err());
+        assert!(Options::parse(&["--runs".to_owned(), "0".to_owned()]).is_err());
+        assert_eq!(Options::parse(&[]).unwrap().workloads, Workload::ALL);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn workloads_run_small() {
+        let step = step_run(0, 50).await.unwrap();
+        assert!(step.figure > 0.0 && step.bytes_written > 0.0);
+        let dispatch = dispatch_run(0, 20).await.unwrap();
+        assert!(dispatch.figure > 0.0 && dispatch.bytes_written > 0.0);
+        let idle = idle_run(0, 20).await.unwrap();
+        assert!(idle.bytes_written > 0.0);
+    }
+}
