@@ -66,8 +66,38 @@ fn check_name(what: &'static str, text: &str) -> Result<(), IdError> {
     }
 }
 
+const SCOPE_RULE: &str =
+    "expected tenant[/user[/session]], each segment 1 to 128 characters from A-Z a-z 0-9 - _ . :";
+
+fn check_scope(what: &'static str, text: &str) -> Result<(), IdError> {
+    let segments: Vec<&str> = text.split('/').collect();
+    let ok = text.len() <= 256
+        && segments.len() <= 3
+        && segments.iter().all(|s| check_identity(what, s).is_ok());
+    if ok {
+        Ok(())
+    } else {
+        Err(IdError::new(what, text, SCOPE_RULE))
+    }
+}
+
+/// A host-supplied signal id: an identity that does not use the reserved prefix.
+fn check_host_signal(what: &'static str, text: &str) -> Result<(), IdError> {
+    check_identity(what, text)?;
+    if text.starts_with(SignalId::ENGINE_PREFIX) {
+        return Err(IdError::new(
+            what,
+            text,
+            "the prefix engine: is reserved for engine-minted signals",
+        ));
+    }
+    Ok(())
+}
+
+/// Declares a validated text identifier. `$check` guards `new` (what callers
+/// may create); `$stored` guards deserialization (what a log may hold).
 macro_rules! text_id {
-    ($(#[$meta:meta])* $name:ident, $what:literal, $check:ident) => {
+    ($(#[$meta:meta])* $name:ident, $what:literal, $check:ident, $stored:ident, $max:literal) => {
         $(#[$meta])*
         #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub struct $name(Box<str>);
@@ -114,7 +144,8 @@ macro_rules! text_id {
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
                 let text = std::borrow::Cow::<str>::deserialize(deserializer)?;
-                Self::new(&*text).map_err(serde::de::Error::custom)
+                $stored($what, &text).map_err(serde::de::Error::custom)?;
+                Ok(Self(text.into()))
             }
         }
 
@@ -128,7 +159,7 @@ macro_rules! text_id {
             }
 
             fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-                schemars::json_schema!({ "type": "string", "minLength": 1, "maxLength": 128 })
+                schemars::json_schema!({ "type": "string", "minLength": 1, "maxLength": $max })
             }
         }
     };
@@ -136,39 +167,32 @@ macro_rules! text_id {
 
 text_id!(
     /// A parent-scoped key naming one child of a process.
-    ChildKey, "child key", check_identity
+    ChildKey, "child key", check_identity, check_identity, 128
 );
 text_id!(
     /// The caller-chosen key of a root start, unique within its scope.
-    StartKey, "start key", check_identity
+    StartKey, "start key", check_identity, check_identity, 128
 );
 text_id!(
     /// A lowercase dotted name: descriptors, meters, capabilities, failure codes.
-    Name, "name", check_name
+    Name, "name", check_name, check_name, 128
 );
-
-/// Identity of a signal. Host-supplied ids are caller-stable text; ids the
-/// engine mints for its own signals start with the reserved prefix `engine:`.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SignalId(Box<str>);
+text_id!(
+    /// Identity of a signal. Host-supplied ids are caller-stable text; ids the
+    /// engine mints for its own signals start with the reserved prefix
+    /// `engine:`, which `new` refuses.
+    SignalId, "signal id", check_host_signal, check_identity, 128
+);
+text_id!(
+    /// The tenant scope of a root (tenant, optionally `tenant/user` or
+    /// `tenant/user/session`). Every engine call that touches a process
+    /// checks the caller's scope.
+    Scope, "scope", check_scope, check_scope, 256
+);
 
 impl SignalId {
     /// Prefix reserved for engine-minted signal ids.
     pub const ENGINE_PREFIX: &'static str = "engine:";
-
-    /// Validates a host-supplied signal id; the `engine:` prefix is refused.
-    pub fn new(text: impl AsRef<str>) -> Result<SignalId, IdError> {
-        let text = text.as_ref();
-        check_identity("signal id", text)?;
-        if text.starts_with(Self::ENGINE_PREFIX) {
-            return Err(IdError::new(
-                "signal id",
-                text,
-                "the prefix engine: is reserved for engine-minted signals",
-            ));
-        }
-        Ok(SignalId(text.into()))
-    }
 
     /// The engine's id for the signal that carries an effect's result.
     pub fn for_effect(effect: EffectId) -> SignalId {
@@ -179,130 +203,12 @@ impl SignalId {
     pub fn is_engine(&self) -> bool {
         self.0.starts_with(Self::ENGINE_PREFIX)
     }
-
-    /// The text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    fn parse_any(text: &str) -> Result<SignalId, IdError> {
-        check_identity("signal id", text)?;
-        Ok(SignalId(text.into()))
-    }
 }
-
-impl fmt::Display for SignalId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Debug for SignalId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SignalId({:?})", &*self.0)
-    }
-}
-
-impl FromStr for SignalId {
-    type Err = IdError;
-    fn from_str(text: &str) -> Result<Self, IdError> {
-        Self::new(text)
-    }
-}
-
-impl Serialize for SignalId {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for SignalId {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = std::borrow::Cow::<str>::deserialize(deserializer)?;
-        SignalId::parse_any(&text).map_err(serde::de::Error::custom)
-    }
-}
-
-impl schemars::JsonSchema for SignalId {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "SignalId".into()
-    }
-
-    fn inline_schema() -> bool {
-        true
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({ "type": "string", "minLength": 1, "maxLength": 128 })
-    }
-}
-
-/// The tenant scope of a root (tenant, optionally `tenant/user` or
-/// `tenant/user/session`). Every engine call that touches a process checks
-/// the caller's scope.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Scope(Box<str>);
 
 impl Scope {
-    /// Validates a scope: one to three `/`-separated segments, each an
-    /// identity of `A-Z a-z 0-9 - _ . :`.
-    pub fn new(text: impl AsRef<str>) -> Result<Scope, IdError> {
-        let text = text.as_ref();
-        let segments: Vec<&str> = text.split('/').collect();
-        let ok = text.len() <= 256
-            && segments.len() <= 3
-            && segments.iter().all(|s| check_identity("scope", s).is_ok());
-        if ok {
-            Ok(Scope(text.into()))
-        } else {
-            Err(IdError::new(
-                "scope",
-                text,
-                "expected tenant[/user[/session]], each segment 1 to 128 characters from A-Z a-z 0-9 - _ . :",
-            ))
-        }
-    }
-
     /// The tenant (first segment).
     pub fn tenant(&self) -> &str {
         self.0.split('/').next().unwrap_or(&self.0)
-    }
-
-    /// The text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for Scope {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Debug for Scope {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Scope({:?})", &*self.0)
-    }
-}
-
-impl FromStr for Scope {
-    type Err = IdError;
-    fn from_str(text: &str) -> Result<Self, IdError> {
-        Self::new(text)
-    }
-}
-
-impl Serialize for Scope {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for Scope {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = std::borrow::Cow::<str>::deserialize(deserializer)?;
-        Scope::new(&*text).map_err(serde::de::Error::custom)
     }
 }
 

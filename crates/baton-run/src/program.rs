@@ -286,8 +286,8 @@ impl Cancellation {
 
     /// A token that is never canceled (for tests and direct calls).
     pub fn never() -> Cancellation {
-        let (sender, receiver) = tokio::sync::watch::channel(false);
-        std::mem::forget(sender);
+        // With the sender gone the value stays `false` and `canceled` never resolves.
+        let (_, receiver) = tokio::sync::watch::channel(false);
         Cancellation(receiver)
     }
 

@@ -98,7 +98,9 @@ enum After {
 
 struct Actor {
     engine: Arc<EngineInner>,
-    shared: Arc<TreeShared>,
+    /// Held for the task's life so the engine's weak entry for this tree
+    /// stays reachable by handles while the tree runs.
+    _shared: Arc<TreeShared>,
     tree: TreeId,
     state: TreeState,
     programs: BTreeMap<ProcessId, Program>,
@@ -372,7 +374,7 @@ fn spawn_with(
     let (completion_sender, completions) = mpsc::unbounded_channel();
     let actor = Actor {
         engine: engine.clone(),
-        shared: shared.clone(),
+        _shared: shared.clone(),
         tree,
         state,
         programs,
@@ -1041,29 +1043,9 @@ impl Actor {
             meta,
         };
         let outcome = self.engine.store.append(vec![append]).await;
-        match outcome.map(|outcomes| outcomes.first().copied()) {
-            Ok(Some(AppendOutcome::Committed | AppendOutcome::Duplicate)) => {}
-            Ok(Some(AppendOutcome::Fenced)) | Ok(None) => {
-                return Err(RuntimeError::Fenced {
-                    tree: self.tree,
-                    head_seq: self.head_seq,
-                });
-            }
-            Ok(Some(AppendOutcome::Conflict { head })) => {
-                return Err(RuntimeError::Conflict {
-                    tree: self.tree,
-                    expected: self.head_seq,
-                    found: head,
-                });
-            }
-            Err(error) => {
-                return Err(RuntimeError::Storage {
-                    tree: self.tree,
-                    head_seq: self.head_seq,
-                    error,
-                });
-            }
-        }
+        self.check_outcome(
+            outcome.map(|outcomes| outcomes.first().copied().unwrap_or(AppendOutcome::Fenced)),
+        )?;
         let first = self.head_seq + 1;
         self.head_seq = seq;
         self.head = prev;
@@ -1118,16 +1100,24 @@ impl Actor {
             head: self.head,
             state: state.into(),
         };
-        match self
+        let outcome = self
             .engine
             .store
             .write_snapshot(self.tree, self.token, snapshot)
-            .await
-        {
-            Ok(AppendOutcome::Committed | AppendOutcome::Duplicate) => {
-                self.since_snapshot = 0;
-                Ok(())
-            }
+            .await;
+        self.check_outcome(outcome)?;
+        self.since_snapshot = 0;
+        Ok(())
+    }
+
+    /// Maps a store's answer to a write into the tree's fate: durable, or a
+    /// runtime stop (fenced, head moved, storage failed).
+    fn check_outcome(
+        &self,
+        outcome: Result<AppendOutcome, crate::store::StoreError>,
+    ) -> Result<(), RuntimeError> {
+        match outcome {
+            Ok(AppendOutcome::Committed | AppendOutcome::Duplicate) => Ok(()),
             Ok(AppendOutcome::Fenced) => Err(RuntimeError::Fenced {
                 tree: self.tree,
                 head_seq: self.head_seq,
@@ -1251,7 +1241,6 @@ impl Actor {
     async fn finish(&mut self) {
         let _ = self.engine.store.release(self.tree, self.token).await;
         self.outcome.send_modify(|o| o.finished = true);
-        let _ = &self.shared;
     }
 
     async fn close(&mut self, reply: oneshot::Sender<()>) {
