@@ -184,6 +184,40 @@ impl Budget {
     }
 }
 
+/// Bounds on one tree, fixed when the tree starts and recorded with it.
+/// Hitting one is a definite, classified failure, never a hang.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TreeLimits {
+    /// Deepest child (the root is depth 0).
+    pub max_depth: u32,
+    /// Live children one parent may have at once.
+    pub max_active_children: u32,
+    /// Processes a tree may ever start, root included.
+    pub max_processes: u64,
+    /// Unconsumed signals one mailbox may hold.
+    pub max_pending_signals: u64,
+    /// Largest execution state, in bytes.
+    pub max_state_bytes: u64,
+    /// Total bytes of log records; past it the tree is closed.
+    pub max_history_bytes: u64,
+}
+
+impl Default for TreeLimits {
+    /// Depth 16, 64 active children per parent, 10 000 processes, 10 000
+    /// pending signals, 1 MiB of state, 256 MiB of history.
+    fn default() -> TreeLimits {
+        TreeLimits {
+            max_depth: 16,
+            max_active_children: 64,
+            max_processes: 10_000,
+            max_pending_signals: 10_000,
+            max_state_bytes: 1024 * 1024,
+            max_history_bytes: 256 * 1024 * 1024,
+        }
+    }
+}
+
 /// Meter amounts, e.g. a dispatch's reservation or a settlement's actual use.
 pub type Meters = BTreeMap<Name, u64>;
 

@@ -36,7 +36,7 @@ mod payload;
 mod program;
 mod store;
 
-pub use budget::{Budget, Capabilities, Dimension, Meters, Quota, Usage};
+pub use budget::{Budget, Capabilities, Dimension, Meters, Quota, TreeLimits, Usage};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use descriptor::{Descriptor, DescriptorError, Schema, SchemaError, SchemaViolation};
 pub use digest::{Digest, DigestParseError, Purpose};
@@ -52,9 +52,10 @@ pub use ids::{
 };
 pub use payload::{Payload, PayloadError};
 pub use program::{
-    BoxFuture, Cancellation, Definition, DeltaSink, DispatchCall, Dispatcher, Effect, Execution,
-    ExecutionState, Program, ProgramConfig, ProgramRef, ReplayPolicy, Settlement, Signal,
-    SignalBody, Transition, configuration_digest, implementation_digest,
+    Boundary, BoxFuture, Cancellation, ChildOutcome, ChildSignal, Condition, Definition, DeltaSink,
+    DispatchCall, Dispatcher, Effect, Execution, ExecutionState, Program, ProgramConfig,
+    ProgramRef, ReplayPolicy, Settlement, Signal, SignalBody, Transition, configuration_digest,
+    implementation_digest,
 };
 pub use store::{
     AcquireRequest, Acquired, Append, AppendOutcome, Lease, ListFilter, MemoryStore, Store,

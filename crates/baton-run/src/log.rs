@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::budget::{Budget, Capabilities};
+use crate::budget::{Budget, Capabilities, TreeLimits};
 use crate::clock::Timestamp;
 use crate::digest::{Digest, Purpose};
 use crate::failure::{Cause, Termination};
-use crate::ids::{EffectId, ProcessId, StartId};
+use crate::ids::{ChildKey, EffectId, ProcessId, StartId};
 use crate::payload::Payload;
 use crate::program::{ExecutionState, ProgramRef, Settlement, Signal, Transition};
 
@@ -39,11 +39,15 @@ pub enum RecordKind {
     CancelRequested,
     /// A process terminated.
     Terminated,
+    /// A child was published together with its parent's start receipt.
+    ChildStarted,
+    /// A control reached a child together with its parent's receipt.
+    ControlDelivered,
 }
 
 impl RecordKind {
     /// Every kind, in declaration order.
-    pub const ALL: [RecordKind; 9] = [
+    pub const ALL: [RecordKind; 11] = [
         RecordKind::TreeStarted,
         RecordKind::StepAdopted,
         RecordKind::EffectPending,
@@ -53,6 +57,8 @@ impl RecordKind {
         RecordKind::SignalsAdmitted,
         RecordKind::CancelRequested,
         RecordKind::Terminated,
+        RecordKind::ChildStarted,
+        RecordKind::ControlDelivered,
     ];
 
     /// The snake_case name.
@@ -67,6 +73,8 @@ impl RecordKind {
             RecordKind::SignalsAdmitted => "signals_admitted",
             RecordKind::CancelRequested => "cancel_requested",
             RecordKind::Terminated => "terminated",
+            RecordKind::ChildStarted => "child_started",
+            RecordKind::ControlDelivered => "control_delivered",
         }
     }
 }
@@ -101,6 +109,8 @@ pub enum RecordBody {
         /// The host deadline, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         deadline: Option<Timestamp>,
+        /// The tree's limits.
+        limits: TreeLimits,
         /// The state `Definition::start` produced (after a restore round trip).
         state: ExecutionState,
     },
@@ -170,6 +180,54 @@ pub enum RecordBody {
         /// How.
         termination: Termination,
     },
+    /// A child started: the child process and the parent's receipt.
+    ChildStarted {
+        /// The parent.
+        parent: ProcessId,
+        /// The parent's start effect.
+        effect: EffectId,
+        /// The child.
+        child: ProcessId,
+        /// Its key under the parent.
+        key: ChildKey,
+        /// Its exact program.
+        program: ProgramRef,
+        /// Its validated input.
+        input: Payload,
+        /// Its budget (debited from the parent).
+        budget: Budget,
+        /// Its capabilities.
+        capabilities: Capabilities,
+        /// Its initial state.
+        state: ExecutionState,
+    },
+    /// A control reached a child: the delivery and the parent's receipt.
+    ControlDelivered {
+        /// The parent.
+        parent: ProcessId,
+        /// The parent's control effect.
+        effect: EffectId,
+        /// The child.
+        child: ProcessId,
+        /// What was delivered.
+        delivery: Delivery,
+    },
+}
+
+/// What a control delivered to a child.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "delivery", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Delivery {
+    /// A signal appended to the child's mailbox.
+    Signal {
+        /// The signal.
+        signal: Signal,
+    },
+    /// A cancellation intent.
+    Cancel {
+        /// Why.
+        reason: String,
+    },
 }
 
 impl RecordBody {
@@ -185,6 +243,8 @@ impl RecordBody {
             RecordBody::SignalsAdmitted { .. } => RecordKind::SignalsAdmitted,
             RecordBody::CancelRequested { .. } => RecordKind::CancelRequested,
             RecordBody::Terminated { .. } => RecordKind::Terminated,
+            RecordBody::ChildStarted { .. } => RecordKind::ChildStarted,
+            RecordBody::ControlDelivered { .. } => RecordKind::ControlDelivered,
         }
     }
 }

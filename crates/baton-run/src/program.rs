@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::budget::{Capabilities, Meters};
+use crate::budget::{Budget, Capabilities, Meters};
 use crate::clock::Clock;
 use crate::descriptor::{Descriptor, Schema};
 use crate::digest::{Digest, Purpose};
@@ -143,6 +143,98 @@ pub enum Effect {
         #[serde(default, skip_serializing_if = "Meters::is_empty")]
         reserve: Meters,
     },
+    /// Starts a child of one of the definition's declared programs. The
+    /// budget is debited from the parent for good; the capabilities must be
+    /// a subset of the parent's. The result arrives as
+    /// [`SignalBody::ChildStarted`]; a refusal is a failed result, not a
+    /// failure of the parent.
+    StartChild {
+        /// The child's key, unique under this parent.
+        key: ChildKey,
+        /// The exact program (`ProgramRef::digest` of a declared child).
+        program: Digest,
+        /// The child's input (validated against its input schema).
+        input: Payload,
+        /// The child's budget.
+        budget: Budget,
+        /// The child's capabilities.
+        #[serde(default, skip_serializing_if = "Capabilities::is_empty")]
+        capabilities: Capabilities,
+    },
+    /// Delivers a signal to a child: its mailbox append and the parent's
+    /// receipt commit together; a refusal leaves the child unchanged.
+    SignalChild {
+        /// The child.
+        key: ChildKey,
+        /// The signal (validated by the child's wait or signal schema).
+        signal: ChildSignal,
+    },
+    /// Asks a child to cancel. The receipt confirms intent only; the child's
+    /// drained outcome arrives later with status `Canceled`.
+    CancelChild {
+        /// The child.
+        key: ChildKey,
+        /// Why.
+        reason: String,
+    },
+    /// Waits until children reach a boundary; settles with the children at
+    /// the boundary, in the order of `keys`, as [`SignalBody::ChildrenReady`].
+    WaitChildren {
+        /// Children of this process, by key.
+        keys: Vec<ChildKey>,
+        /// Terminal result, or whole subtree drained.
+        boundary: Boundary,
+        /// How many must reach it.
+        condition: Condition,
+    },
+}
+
+/// Where a child must be for [`Effect::WaitChildren`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Boundary {
+    /// The child itself has terminated.
+    Result,
+    /// The child and its whole subtree have terminated.
+    Drained,
+}
+
+/// How many children must reach the boundary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Condition {
+    /// Every listed child.
+    All,
+    /// At least one.
+    Any,
+    /// At least k (1 ≤ k ≤ number of keys).
+    Quorum(u32),
+}
+
+/// A signal a parent sends a child.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChildSignal {
+    /// Caller-stable identity; the same id and content again is a no-op.
+    pub id: SignalId,
+    /// The child's wait it answers, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<WaitId>,
+    /// The content.
+    pub payload: Payload,
+}
+
+/// A child at a wait's boundary.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChildOutcome {
+    /// Its key.
+    pub key: ChildKey,
+    /// Its process.
+    pub process: ProcessId,
+    /// How it ended; for a drained boundary, `unresolved_effects` lists
+    /// effects left unresolved anywhere in its subtree.
+    pub termination: crate::failure::Termination,
 }
 
 impl Effect {
@@ -159,6 +251,10 @@ impl Effect {
         match self {
             Effect::Wait { .. } => "wait",
             Effect::Dispatch { .. } => "dispatch",
+            Effect::StartChild { .. } => "start_child",
+            Effect::SignalChild { .. } => "signal_child",
+            Effect::CancelChild { .. } => "cancel_child",
+            Effect::WaitChildren { .. } => "wait_children",
         }
     }
 }
@@ -260,6 +356,35 @@ pub enum SignalBody {
         effect: EffectId,
         /// Its settlement.
         settlement: Settlement,
+    },
+    /// A child start finished: the child's process, or why it was refused.
+    ChildStarted {
+        /// The start effect.
+        effect: EffectId,
+        /// The child's key.
+        key: ChildKey,
+        /// The started (or already existing, same spec) child.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        process: Option<ProcessId>,
+        /// Why the start was refused.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure: Option<Failure>,
+    },
+    /// Children reached a wait's boundary.
+    ChildrenReady {
+        /// The wait effect.
+        effect: EffectId,
+        /// Children at the boundary, in the wait's key order.
+        children: Vec<ChildOutcome>,
+    },
+    /// A control (signal or cancel) was delivered or refused.
+    ControlReceipt {
+        /// The control effect.
+        effect: EffectId,
+        /// The child's key.
+        key: ChildKey,
+        /// `Succeeded` when delivered (a cancel: intent recorded), `Failed` when refused.
+        result: Settlement,
     },
 }
 

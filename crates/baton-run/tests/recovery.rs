@@ -89,6 +89,7 @@ async fn events_report_committed_facts_in_order() {
             EventKind::EffectPending { .. } => "pending".to_owned(),
             EventKind::EffectSettled { .. } => "settled".to_owned(),
             EventKind::Terminated { status, .. } => format!("terminated:{status}"),
+            EventKind::Drained { status } => format!("drained:{status}"),
             other => format!("{other:?}"),
         });
     }
@@ -100,7 +101,8 @@ async fn events_report_committed_facts_in_order() {
             "pending",
             "settled",
             "step:complete",
-            "terminated:completed"
+            "terminated:completed",
+            "drained:completed"
         ]
     );
 }

@@ -15,19 +15,22 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
 use crate::budget::{Budget, Capabilities};
+use crate::budget::{Dimension, Quota};
 use crate::clock::Timestamp;
 use crate::digest::Digest;
 use crate::failure::{Cause, Failure, Termination};
+use crate::ids::ChildKey;
 use crate::ids::{EffectId, ProcessId, StartId, TreeId};
+use crate::log::Delivery;
 use crate::log::{Record, RecordBody};
 use crate::payload::Payload;
 use crate::program::{
-    Cancellation, DeltaSink, DispatchCall, Effect, Execution, ExecutionState, Program,
-    ReplayPolicy, Settlement, Signal, SignalBody, Transition,
+    Boundary, Cancellation, ChildOutcome, ChildSignal, Condition, DeltaSink, DispatchCall, Effect,
+    Execution, ExecutionState, Program, ReplayPolicy, Settlement, Signal, SignalBody, Transition,
 };
 use crate::store::{AcquireRequest, Acquired, Append, AppendOutcome, Lease, TreeLoad, TreeMeta};
 
-use super::state::{Phase, TreeState, ending_failure, signal_digest};
+use super::state::{Phase, ProcessState, TreeState, ending_failure, signal_digest};
 use super::view::{Event, EventKind, TreeView};
 use super::{
     ControlError, EngineInner, RecoverError, RuntimeError, SignalError, SignalReceipt,
@@ -51,13 +54,11 @@ pub(crate) enum Command {
         reply: oneshot::Sender<Result<(), ControlError>>,
     },
     Resolve {
-        process: ProcessId,
         effect: EffectId,
         settlement: Settlement,
         reply: oneshot::Sender<Result<(), ControlError>>,
     },
     Replay {
-        process: ProcessId,
         effect: EffectId,
         reply: oneshot::Sender<Result<(), ControlError>>,
     },
@@ -238,11 +239,14 @@ pub(super) async fn start(
         budget,
         capabilities,
         deadline,
+        limits: engine.limits.clone(),
         state,
     };
     let tree_state = TreeState::started(&body)
         .map_err(|e| StartError::Program(Failure::execution("engine.start.invalid", e.0)))?;
     let record = Record::seal(1, Digest::ZERO, &body);
+    let mut tree_state = tree_state;
+    tree_state.history_bytes = record.body.len() as u64;
     let meta = TreeMeta {
         tree,
         scope: id.scope.clone(),
@@ -313,7 +317,12 @@ pub(super) fn finished(engine: &Arc<EngineInner>, state: &TreeState) -> Arc<Tree
     let (commands, _) = mpsc::unbounded_channel();
     let root = &state.processes[&state.root];
     let (_, outcome) = watch::channel(TreeOutcome {
-        root: root.termination.clone(),
+        terminations: state
+            .processes
+            .iter()
+            .filter_map(|(id, p)| p.termination.clone().map(|t| (*id, t)))
+            .collect(),
+        drained: state.processes.keys().copied().collect(),
         stopped: None,
         finished: true,
     });
@@ -422,6 +431,7 @@ impl Actor {
                 self.complete(completion);
             }
             self.check_deadline();
+            self.check_history();
             self.drive();
             if !self.staged.is_empty() {
                 if let Err(error) = self.commit().await {
@@ -549,17 +559,16 @@ impl Actor {
             Command::Kill { process, reply } => {
                 let result = self.live(process).map(|_| ());
                 if result.is_ok() {
-                    self.end(process, Cause::Kill, "killed by the host");
+                    self.kill_subtree(process);
                 }
                 self.reply(reply, result);
             }
             Command::Resolve {
-                process,
                 effect,
                 settlement,
                 reply,
             } => {
-                let result = self.unknown(process, effect).map(|()| {
+                let result = self.unknown(effect).map(|process| {
                     self.stage(RecordBody::EffectResolved {
                         process,
                         effect,
@@ -568,12 +577,8 @@ impl Actor {
                 });
                 self.reply(reply, result);
             }
-            Command::Replay {
-                process,
-                effect,
-                reply,
-            } => {
-                let result = self.unknown(process, effect).map(|()| {
+            Command::Replay { effect, reply } => {
+                let result = self.unknown(effect).map(|process| {
                     self.replay_allowed.insert(effect);
                     self.stage(RecordBody::EffectReplayed { process, effect });
                 });
@@ -592,16 +597,22 @@ impl Actor {
         }
     }
 
-    fn unknown(&self, process: ProcessId, effect: EffectId) -> Result<(), ControlError> {
-        let p = self.live(process)?;
-        let is_unknown = p.batch.iter().any(|slot| {
-            slot.id == effect && matches!(&slot.phase, Phase::Settled(s) if s.is_unknown())
-        });
-        if is_unknown {
-            Ok(())
-        } else {
-            Err(ControlError::NotUnknown { process, effect })
-        }
+    /// The live process holding `effect` as an unknown effect.
+    fn unknown(&self, effect: EffectId) -> Result<ProcessId, ControlError> {
+        self.state
+            .processes
+            .iter()
+            .filter(|(_, p)| p.termination.is_none())
+            .find(|(_, p)| {
+                p.batch.iter().any(|slot| {
+                    slot.id == effect && matches!(&slot.phase, Phase::Settled(s) if s.is_unknown())
+                })
+            })
+            .map(|(id, _)| *id)
+            .ok_or(ControlError::NotUnknown {
+                tree: self.tree,
+                effect,
+            })
     }
 
     fn admit(
@@ -609,6 +620,26 @@ impl Actor {
         process: ProcessId,
         request: SignalRequest,
     ) -> Result<SignalReceipt, SignalError> {
+        let signal = Signal {
+            id: request.id,
+            wait: request.wait,
+            body: SignalBody::Input {
+                payload: request.payload,
+            },
+        };
+        if !self.check_signal(process, &signal)? {
+            return Ok(SignalReceipt::Duplicate);
+        }
+        self.stage(RecordBody::SignalsAdmitted {
+            process,
+            signals: vec![signal],
+        });
+        Ok(SignalReceipt::Admitted)
+    }
+
+    /// Checks a signal for a process before anything is written: `Ok(true)`
+    /// to admit, `Ok(false)` for an identical signal admitted before.
+    fn check_signal(&self, process: ProcessId, signal: &Signal) -> Result<bool, SignalError> {
         let Some(p) = self
             .state
             .processes
@@ -617,51 +648,64 @@ impl Actor {
         else {
             return Err(SignalError::Terminated { process });
         };
-        let signal = Signal {
-            id: request.id.clone(),
-            wait: request.wait,
-            body: SignalBody::Input {
-                payload: request.payload.clone(),
-            },
-        };
-        if let Some(digest) = p.receipts.get(&request.id) {
-            return if *digest == signal_digest(&signal) {
-                Ok(SignalReceipt::Duplicate)
+        if let Some(digest) = p.receipts.get(&signal.id) {
+            return if *digest == signal_digest(signal) {
+                Ok(false)
             } else {
-                Err(SignalError::Conflict { id: request.id })
+                Err(SignalError::Conflict {
+                    id: signal.id.clone(),
+                })
             };
         }
-        match request.wait {
+        let SignalBody::Input { payload } = &signal.body else {
+            return Err(SignalError::Rejected(Failure::contract(
+                "engine.signal.rejected",
+                "only input signals can be delivered",
+            )));
+        };
+        match signal.wait {
             Some(wait) => match p.waits.get(&wait) {
-                Some(open) => {
-                    open.answer_schema
-                        .validate(&request.payload)
-                        .map_err(|violation| {
-                            SignalError::Rejected(Failure::contract(
-                                "engine.signal.answer.invalid",
-                                format!("answer to {wait} rejected: {violation}"),
-                            ))
-                        })?
-                }
+                Some(open) => open.answer_schema.validate(payload).map_err(|violation| {
+                    SignalError::Rejected(Failure::contract(
+                        "engine.signal.answer.invalid",
+                        format!("answer to {wait} rejected: {violation}"),
+                    ))
+                })?,
                 None if p.answered.contains(&wait) => return Err(SignalError::WaitClosed { wait }),
                 None => return Err(SignalError::UnknownWait { process, wait }),
             },
             None => {
-                let program = &self.programs[&process];
-                program
+                self.programs[&process]
                     .descriptor()
-                    .check_signal(&request.payload)
+                    .check_signal(payload)
                     .map_err(SignalError::Rejected)?;
             }
         }
-        if !p.budget.signals.allows(p.usage.signals, 1) {
+        if !p.allows(&Dimension::Signals, 1) {
             return Err(SignalError::BudgetExhausted { process });
         }
-        self.stage(RecordBody::SignalsAdmitted {
-            process,
-            signals: vec![signal],
-        });
-        Ok(SignalReceipt::Admitted)
+        if p.mailbox.len() as u64 >= self.state.limits.max_pending_signals {
+            return Err(SignalError::MailboxFull {
+                process,
+                limit: self.state.limits.max_pending_signals,
+            });
+        }
+        Ok(true)
+    }
+
+    /// Kills a process and every live descendant at once.
+    fn kill_subtree(&mut self, process: ProcessId) {
+        let children: Vec<ProcessId> = self.state.processes[&process]
+            .children
+            .values()
+            .copied()
+            .collect();
+        if self.state.processes[&process].termination.is_none() {
+            self.end(process, Cause::Kill, "killed by the host");
+        }
+        for child in children {
+            self.kill_subtree(child);
+        }
     }
 
     fn end(&mut self, process: ProcessId, cause: Cause, reason: &str) {
@@ -702,6 +746,31 @@ impl Actor {
                 };
                 self.end(process, cause, "deadline passed");
             }
+        }
+    }
+
+    /// Closes a tree whose log outgrew its history limit: every live
+    /// process fails, so later writes stay possible and small.
+    fn check_history(&mut self) {
+        if self.state.history_bytes <= self.state.limits.max_history_bytes {
+            return;
+        }
+        let live: Vec<ProcessId> = self
+            .state
+            .processes
+            .iter()
+            .filter(|(_, p)| p.termination.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        for process in live {
+            let failure = Failure::execution(
+                "engine.limit.history",
+                format!(
+                    "the tree's log reached {} bytes, over its limit of {}; the tree is closed",
+                    self.state.history_bytes, self.state.limits.max_history_bytes
+                ),
+            );
+            self.fail(process, failure);
         }
     }
 
@@ -754,8 +823,24 @@ impl Actor {
         if process.termination.is_some() {
             return false;
         }
+        // A process whose parent has ended is canceled (completion cancels
+        // remaining children; the parent's subtree drains after it).
+        if process.cancel.is_none()
+            && let Some(parent) = process.parent
+            && self.state.processes[&parent].termination.is_some()
+        {
+            self.stage(RecordBody::CancelRequested {
+                process: id,
+                cause: Cause::ParentCancellation,
+                reason: "the parent ended".into(),
+            });
+            return true;
+        }
         if let Some(intent) = &process.cancel {
             if self.in_flight.values().any(|flight| flight.process == id) {
+                for flight in self.in_flight.values().filter(|f| f.process == id) {
+                    let _ = flight.cancel.send(true);
+                }
                 return false;
             }
             let (cause, reason) = (intent.cause, intent.reason.clone());
@@ -764,57 +849,46 @@ impl Actor {
         }
         if let Some(slot) = process.frontier() {
             let (effect, phase) = (slot.id, slot.phase.clone());
-            let Effect::Dispatch { request, reserve } = slot.effect.clone() else {
-                return false;
-            };
-            match phase {
-                Phase::Planned => {
-                    for (meter, amount) in &reserve {
-                        let used = process.usage.meters.get(meter).copied().unwrap_or(0);
-                        if !process.budget.meter(meter).allows(used, *amount) {
-                            let failure = Failure::execution(
-                                "engine.limit.meter",
-                                format!(
-                                    "reserving {amount} {meter} exceeds the remaining budget ({used} used of {})",
-                                    process.budget.meter(meter)
-                                ),
-                            );
-                            self.stage(RecordBody::EffectSettled {
-                                process: id,
-                                effect,
-                                settlement: Settlement::failed(failure),
-                            });
-                            return true;
-                        }
-                    }
-                    self.stage(RecordBody::EffectPending {
-                        process: id,
-                        effect,
-                    });
-                    self.launch_later(id, effect, request, reserve);
+            match (slot.effect.clone(), phase) {
+                (Effect::Dispatch { request, reserve }, Phase::Planned) => {
+                    self.prepare_dispatch(id, effect, request, reserve);
                     true
                 }
-                Phase::Pending if !self.in_flight.contains_key(&effect) => {
-                    let policy = self.programs[&id]
-                        .dispatcher()
-                        .map(|dispatcher| {
-                            catch_unwind(AssertUnwindSafe(|| dispatcher.replay_policy(&request)))
-                                .unwrap_or(ReplayPolicy::Never)
-                        })
-                        .unwrap_or(ReplayPolicy::Never);
-                    if self.replay_allowed.remove(&effect) || policy == ReplayPolicy::SameIdentity {
-                        self.launch_later(id, effect, request, reserve);
-                    } else {
-                        self.stage(RecordBody::EffectSettled {
-                            process: id,
-                            effect,
-                            settlement: Settlement::Unknown {
-                                diagnostic: "the dispatch was pending when its writer stopped; its outcome is unknown and its replay policy forbids sending it again".into(),
-                            },
-                        });
-                    }
+                (Effect::Dispatch { request, reserve }, Phase::Pending)
+                    if !self.in_flight.contains_key(&effect) =>
+                {
+                    self.recover_dispatch(id, effect, request, reserve);
                     true
                 }
+                (
+                    Effect::StartChild {
+                        key,
+                        program,
+                        input,
+                        budget,
+                        capabilities,
+                    },
+                    Phase::Planned,
+                ) => {
+                    self.start_child(id, effect, key, program, input, budget, capabilities);
+                    true
+                }
+                (Effect::SignalChild { key, signal }, Phase::Planned) => {
+                    self.control_child(id, effect, key, Ok(signal));
+                    true
+                }
+                (Effect::CancelChild { key, reason }, Phase::Planned) => {
+                    self.control_child(id, effect, key, Err(reason));
+                    true
+                }
+                (
+                    Effect::WaitChildren {
+                        keys,
+                        boundary,
+                        condition,
+                    },
+                    Phase::Planned,
+                ) => self.wait_children(id, effect, &keys, boundary, condition),
                 _ => false,
             }
         } else if process.runnable() && *steps_left > 0 {
@@ -824,6 +898,429 @@ impl Actor {
         } else {
             false
         }
+    }
+
+    fn prepare_dispatch(
+        &mut self,
+        id: ProcessId,
+        effect: EffectId,
+        request: Payload,
+        reserve: crate::budget::Meters,
+    ) {
+        let process = &self.state.processes[&id];
+        for (meter, amount) in &reserve {
+            let dimension = Dimension::Meter(meter.clone());
+            if !process.allows(&dimension, *amount) {
+                let failure = Failure::execution(
+                    "engine.limit.meter",
+                    format!(
+                        "reserving {amount} {meter} exceeds the remaining budget ({} spent of {})",
+                        process.spent(&dimension),
+                        process.budget.meter(meter)
+                    ),
+                );
+                self.stage(RecordBody::EffectSettled {
+                    process: id,
+                    effect,
+                    settlement: Settlement::failed(failure),
+                });
+                return;
+            }
+        }
+        self.stage(RecordBody::EffectPending {
+            process: id,
+            effect,
+        });
+        self.launch_later(id, effect, request, reserve);
+    }
+
+    /// A dispatch found pending with nothing in flight (after recovery or a
+    /// host replay): send it again only when that is safe.
+    fn recover_dispatch(
+        &mut self,
+        id: ProcessId,
+        effect: EffectId,
+        request: Payload,
+        reserve: crate::budget::Meters,
+    ) {
+        let policy = self.programs[&id]
+            .dispatcher()
+            .map(|dispatcher| {
+                catch_unwind(AssertUnwindSafe(|| dispatcher.replay_policy(&request)))
+                    .unwrap_or(ReplayPolicy::Never)
+            })
+            .unwrap_or(ReplayPolicy::Never);
+        if self.replay_allowed.remove(&effect) || policy == ReplayPolicy::SameIdentity {
+            self.launch_later(id, effect, request, reserve);
+        } else {
+            self.stage(RecordBody::EffectSettled {
+                process: id,
+                effect,
+                settlement: Settlement::Unknown {
+                    diagnostic: "the dispatch was pending when its writer stopped; its outcome is unknown and its replay policy forbids sending it again".into(),
+                },
+            });
+        }
+    }
+
+    fn refuse(&mut self, process: ProcessId, effect: EffectId, failure: Failure) {
+        self.stage(RecordBody::EffectSettled {
+            process,
+            effect,
+            settlement: Settlement::failed(failure),
+        });
+    }
+
+    /// Why a parent cannot grant `child` from its budget, if it cannot.
+    fn grant_refusal(parent: &ProcessState, child: &Budget) -> Option<String> {
+        let mut dimensions = vec![Dimension::Steps, Dimension::Effects, Dimension::Signals];
+        dimensions.extend(parent.budget.meters.keys().cloned().map(Dimension::Meter));
+        for dimension in dimensions {
+            let (have, want) = (parent.budget.quota(&dimension), child.quota(&dimension));
+            match (have, want) {
+                (Quota::Unlimited, _) => {}
+                (Quota::Finite(_), Quota::Unlimited) => {
+                    return Some(format!(
+                        "a finite parent cannot grant unlimited {dimension}"
+                    ));
+                }
+                (Quota::Finite(max), Quota::Finite(amount)) => {
+                    if !parent.allows(&dimension, amount) {
+                        return Some(format!(
+                            "granting {amount} {dimension} exceeds the parent's remaining {} of {max}",
+                            max.saturating_sub(parent.spent(&dimension))
+                        ));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start_child(
+        &mut self,
+        id: ProcessId,
+        effect: EffectId,
+        key: ChildKey,
+        program: Digest,
+        input: Payload,
+        budget: Budget,
+        capabilities: Capabilities,
+    ) {
+        let parent = &self.state.processes[&id];
+        if let Some(existing) = parent.children.get(&key).copied() {
+            let child = &self.state.processes[&existing];
+            let same = child.program.digest == program
+                && child.input == input.digest()
+                && child.budget == budget
+                && child.capabilities == capabilities;
+            if same {
+                let receipt = Payload::encode(&existing).expect("a process id encodes");
+                self.stage(RecordBody::EffectSettled {
+                    process: id,
+                    effect,
+                    settlement: Settlement::ok(receipt),
+                });
+            } else {
+                let failure = Failure::contract(
+                    "engine.child.identity_conflict",
+                    format!(
+                        "child key {key} was started before with a different program, input, budget or capabilities"
+                    ),
+                );
+                self.refuse(id, effect, failure);
+            }
+            return;
+        }
+        let Some(child_program) = self.programs[&id]
+            .children()
+            .iter()
+            .find(|p| p.reference().digest == program)
+            .cloned()
+        else {
+            let failure = Failure::contract(
+                "engine.child.program.undeclared",
+                format!(
+                    "{program} is not one of the declared children of {}",
+                    parent.program.name
+                ),
+            );
+            self.refuse(id, effect, failure);
+            return;
+        };
+        if let Err(failure) = child_program.descriptor().check_input(&input) {
+            self.refuse(
+                id,
+                effect,
+                Failure::contract("engine.child.input.invalid", failure.message),
+            );
+            return;
+        }
+        let missing = capabilities.missing_from(&parent.capabilities);
+        if !missing.is_empty() {
+            let names: Vec<&str> = missing.iter().map(|n| n.as_str()).collect();
+            let failure = Failure::contract(
+                "engine.child.capability_escalation",
+                format!("the parent lacks capabilities {}", names.join(", ")),
+            );
+            self.refuse(id, effect, failure);
+            return;
+        }
+        if let Some(reason) = Self::grant_refusal(parent, &budget) {
+            self.refuse(
+                id,
+                effect,
+                Failure::execution("engine.child.budget_exhausted", reason),
+            );
+            return;
+        }
+        let limits = &self.state.limits;
+        let active = parent
+            .children
+            .values()
+            .filter(|child| self.state.processes[*child].termination.is_none())
+            .count() as u64;
+        let limit = if parent.depth + 1 > limits.max_depth {
+            Some(format!(
+                "depth {} exceeds the limit of {}",
+                parent.depth + 1,
+                limits.max_depth
+            ))
+        } else if active >= u64::from(limits.max_active_children) {
+            Some(format!(
+                "{active} live children reach the limit of {}",
+                limits.max_active_children
+            ))
+        } else if self.state.processes.len() as u64 >= limits.max_processes {
+            Some(format!(
+                "the tree reached its limit of {} processes",
+                limits.max_processes
+            ))
+        } else {
+            None
+        };
+        if let Some(reason) = limit {
+            self.refuse(
+                id,
+                effect,
+                Failure::execution("engine.child.tree_limit", reason),
+            );
+            return;
+        }
+        let started = catch("execution.start.panicked", || {
+            child_program.definition().start(&input)
+        })
+        .and_then(|execution| {
+            let state = catch("execution.snapshot.panicked", || execution.snapshot())?;
+            let restored = restore(&child_program, &state)?;
+            Ok((state, restored))
+        });
+        let (state, execution) = match started {
+            Ok(started) => started,
+            Err(failure) => {
+                let failure = Failure::new(
+                    failure.kind,
+                    "engine.process.start.failed",
+                    failure.to_string(),
+                );
+                self.refuse(id, effect, failure);
+                return;
+            }
+        };
+        if state.0.len() as u64 > limits.max_state_bytes {
+            let failure = Failure::execution(
+                "engine.child.tree_limit",
+                format!(
+                    "initial state of {} bytes exceeds the limit of {}",
+                    state.0.len(),
+                    limits.max_state_bytes
+                ),
+            );
+            self.refuse(id, effect, failure);
+            return;
+        }
+        let child = ProcessId::child(id, &key);
+        self.stage(RecordBody::ChildStarted {
+            parent: id,
+            effect,
+            child,
+            key,
+            program: child_program.reference().clone(),
+            input,
+            budget,
+            capabilities,
+            state,
+        });
+        self.executions.insert(child, execution);
+        self.programs.insert(child, child_program);
+    }
+
+    /// Delivers a signal (`Ok`) or a cancellation (`Err(reason)`) to a child:
+    /// one record carries the delivery and the receipt; a refusal settles
+    /// the receipt alone and leaves the child unchanged.
+    fn control_child(
+        &mut self,
+        id: ProcessId,
+        effect: EffectId,
+        key: ChildKey,
+        control: Result<ChildSignal, String>,
+    ) {
+        let Some(child) = self.state.processes[&id].children.get(&key).copied() else {
+            let failure = Failure::contract(
+                "engine.child.control.not_owned",
+                format!("{key} is not a child of this process"),
+            );
+            self.refuse(id, effect, failure);
+            return;
+        };
+        let delivery = match control {
+            Ok(signal) => {
+                let signal = Signal {
+                    id: signal.id,
+                    wait: signal.wait,
+                    body: SignalBody::Input {
+                        payload: signal.payload,
+                    },
+                };
+                match self.check_signal(child, &signal) {
+                    Ok(true) => Delivery::Signal { signal },
+                    Ok(false) => {
+                        // The same signal was delivered before: receipted, not delivered twice.
+                        self.stage(RecordBody::EffectSettled {
+                            process: id,
+                            effect,
+                            settlement: Settlement::ok(Payload::null()),
+                        });
+                        return;
+                    }
+                    Err(error) => {
+                        let kind = match &error {
+                            SignalError::Rejected(failure) => failure.kind,
+                            _ => crate::failure::FailureKind::Execution,
+                        };
+                        let failure =
+                            Failure::new(kind, "engine.child.signal.rejected", error.to_string());
+                        self.refuse(id, effect, failure);
+                        return;
+                    }
+                }
+            }
+            Err(reason) => {
+                let target = &self.state.processes[&child];
+                if target.termination.is_some() {
+                    let failure = Failure::execution(
+                        "engine.child.cancel.rejected",
+                        format!("{key} has already terminated"),
+                    );
+                    self.refuse(id, effect, failure);
+                    return;
+                }
+                if target.cancel.is_some() {
+                    self.stage(RecordBody::EffectSettled {
+                        process: id,
+                        effect,
+                        settlement: Settlement::ok(Payload::null()),
+                    });
+                    return;
+                }
+                Delivery::Cancel { reason }
+            }
+        };
+        self.stage(RecordBody::ControlDelivered {
+            parent: id,
+            effect,
+            child,
+            delivery,
+        });
+    }
+
+    /// Whether a process and its whole subtree have terminated.
+    fn drained(&self, id: ProcessId) -> bool {
+        let process = &self.state.processes[&id];
+        process.termination.is_some() && process.children.values().all(|child| self.drained(*child))
+    }
+
+    /// Unresolved effects anywhere in a subtree.
+    fn subtree_unresolved(&self, id: ProcessId, into: &mut Vec<EffectId>) {
+        let process = &self.state.processes[&id];
+        match &process.termination {
+            Some(termination) => into.extend_from_slice(termination.unresolved_effects()),
+            None => into.extend(process.unresolved()),
+        }
+        for child in process.children.values() {
+            self.subtree_unresolved(*child, into);
+        }
+    }
+
+    /// Settles a children wait once its condition holds; returns whether it did.
+    fn wait_children(
+        &mut self,
+        id: ProcessId,
+        effect: EffectId,
+        keys: &[ChildKey],
+        boundary: Boundary,
+        condition: Condition,
+    ) -> bool {
+        let parent = &self.state.processes[&id];
+        let mut children = Vec::with_capacity(keys.len());
+        for key in keys {
+            match parent.children.get(key) {
+                Some(child) => children.push((key, *child)),
+                None => {
+                    let failure = Failure::contract(
+                        "engine.child.wait.invalid",
+                        format!("{key} is not a child of this process"),
+                    );
+                    self.refuse(id, effect, failure);
+                    return true;
+                }
+            }
+        }
+        let needed = match condition {
+            Condition::All => keys.len(),
+            Condition::Any => 1,
+            Condition::Quorum(k) => k as usize,
+        };
+        if needed > keys.len() || (needed == 0 && condition != Condition::All) {
+            let failure = Failure::contract(
+                "engine.child.wait.invalid",
+                format!("{condition:?} cannot be met by {} children", keys.len()),
+            );
+            self.refuse(id, effect, failure);
+            return true;
+        }
+        let mut ready = Vec::new();
+        for (key, child) in children {
+            let process = &self.state.processes[&child];
+            let Some(termination) = &process.termination else {
+                continue;
+            };
+            let termination = match boundary {
+                Boundary::Result => termination.clone(),
+                Boundary::Drained if self.drained(child) => {
+                    let mut unresolved = Vec::new();
+                    self.subtree_unresolved(child, &mut unresolved);
+                    termination.clone().with_unresolved(unresolved)
+                }
+                Boundary::Drained => continue,
+            };
+            ready.push(ChildOutcome {
+                key: key.clone(),
+                process: child,
+                termination,
+            });
+        }
+        if ready.len() < needed {
+            return false;
+        }
+        let answer = Payload::encode(&ready).expect("child outcomes encode");
+        self.stage(RecordBody::EffectSettled {
+            process: id,
+            effect,
+            settlement: Settlement::ok(answer),
+        });
+        true
     }
 
     fn launch_later(
@@ -855,7 +1352,7 @@ impl Actor {
 
     fn step(&mut self, id: ProcessId) {
         let process = &self.state.processes[&id];
-        if !process.budget.steps.allows(process.usage.steps, 1) {
+        if !process.allows(&Dimension::Steps, 1) {
             let failure = Failure::execution(
                 "engine.limit.steps",
                 format!("step budget of {} exhausted", process.budget.steps),
@@ -914,6 +1411,18 @@ impl Actor {
                 return;
             }
         };
+        if state.0.len() as u64 > self.state.limits.max_state_bytes {
+            let failure = Failure::execution(
+                "engine.limit.state",
+                format!(
+                    "state of {} bytes exceeds the tree's limit of {}",
+                    state.0.len(),
+                    self.state.limits.max_state_bytes
+                ),
+            );
+            self.fail(id, failure);
+            return;
+        }
         let keep = matches!(transition, Transition::Continue { .. });
         self.stage(RecordBody::StepAdopted {
             process: id,
@@ -979,7 +1488,7 @@ impl Actor {
                     }
                 }
                 let count = effects.len() as u64;
-                if !process.budget.effects.allows(process.usage.effects, count) {
+                if !process.allows(&Dimension::Effects, count) {
                     return Err(Failure::execution(
                         "engine.limit.effects",
                         format!(
@@ -988,7 +1497,7 @@ impl Actor {
                         ),
                     ));
                 }
-                if !process.budget.signals.allows(process.usage.signals, count) {
+                if !process.allows(&Dimension::Signals, count) {
                     return Err(Failure::execution(
                         "engine.limit.signals",
                         format!(
@@ -1023,10 +1532,12 @@ impl Actor {
         }
         let bodies = std::mem::take(&mut self.staged);
         let mut records = Vec::with_capacity(bodies.len());
+        let mut written = 0u64;
         let (mut seq, mut prev) = (self.head_seq, self.head);
         for body in &bodies {
             seq += 1;
             let record = Record::seal(seq, prev, body);
+            written += record.body.len() as u64;
             prev = record.hash;
             records.push(record);
         }
@@ -1050,6 +1561,7 @@ impl Actor {
         self.head_seq = seq;
         self.head = prev;
         self.since_snapshot += bodies.len() as u64;
+        self.state.history_bytes += written;
         self.publish(first, &bodies);
         self.flush_after();
         if self.since_snapshot >= self.engine.snapshot_every {
@@ -1058,39 +1570,78 @@ impl Actor {
         Ok(())
     }
 
+    /// The child keys from the root down to a process.
+    fn path(&self, mut process: ProcessId) -> Vec<ChildKey> {
+        let mut path = Vec::new();
+        while let Some(state) = self.state.processes.get(&process) {
+            match (&state.key, state.parent) {
+                (Some(key), Some(parent)) => {
+                    path.push(key.clone());
+                    process = parent;
+                }
+                _ => break,
+            }
+        }
+        path.reverse();
+        path
+    }
+
+    fn emit(&self, process: ProcessId, kind: EventKind) {
+        let _ = self.engine.events.send(Event {
+            tree: self.tree,
+            process,
+            path: self.path(process),
+            kind,
+        });
+    }
+
+    /// Emits committed events and publishes new terminations and drains to handles.
     fn publish(&self, first: u64, bodies: &[RecordBody]) {
+        let mut terminated = Vec::new();
         for (offset, body) in bodies.iter().enumerate() {
             let seq = first + offset as u64;
             let (process, kind) = EventKind::of(seq, body);
-            let _ = self.engine.events.send(Event {
-                tree: self.tree,
-                process,
-                path: Vec::new(),
-                kind,
-            });
-            if let RecordBody::StepAdopted {
-                transition: Transition::Complete { .. } | Transition::Fail { .. },
-                ..
-            } = body
-                && let Some(termination) = &self.state.processes[&process].termination
-            {
-                let _ = self.engine.events.send(Event {
-                    tree: self.tree,
-                    process,
-                    path: Vec::new(),
-                    kind: EventKind::Terminated {
-                        seq,
-                        status: termination.status(),
-                    },
-                });
+            let ended_by_step = matches!(
+                body,
+                RecordBody::StepAdopted {
+                    transition: Transition::Complete { .. } | Transition::Fail { .. },
+                    ..
+                }
+            );
+            let ended = ended_by_step || matches!(body, RecordBody::Terminated { .. });
+            self.emit(process, kind);
+            if ended && let Some(termination) = &self.state.processes[&process].termination {
+                if ended_by_step {
+                    self.emit(
+                        process,
+                        EventKind::Terminated {
+                            seq,
+                            status: termination.status(),
+                        },
+                    );
+                }
+                terminated.push((process, termination.clone()));
             }
         }
-        if let Some(termination) = self.state.root_termination()
-            && self.outcome.borrow().root.is_none()
-        {
-            let termination = termination.clone();
-            self.outcome.send_modify(|o| o.root = Some(termination));
+        if terminated.is_empty() {
+            return;
         }
+        let already = self.outcome.borrow().drained.clone();
+        let drained: Vec<ProcessId> = self
+            .state
+            .processes
+            .keys()
+            .copied()
+            .filter(|id| !already.contains(id) && self.drained(*id))
+            .collect();
+        for id in &drained {
+            let status = self.state.processes[id].status;
+            self.emit(*id, EventKind::Drained { status });
+        }
+        self.outcome.send_modify(|o| {
+            o.terminations.extend(terminated);
+            o.drained.extend(drained);
+        });
     }
 
     async fn snapshot(&mut self) -> Result<(), RuntimeError> {

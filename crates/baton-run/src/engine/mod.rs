@@ -14,11 +14,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
-use crate::budget::{Budget, Capabilities};
+use crate::budget::{Budget, Capabilities, TreeLimits};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::digest::Digest;
 use crate::failure::{Failure, FailureKind, Termination};
-use crate::ids::{EffectId, ProcessId, Scope, SignalId, StartId, TreeId, WaitId};
+use crate::ids::{ChildKey, EffectId, ProcessId, Scope, SignalId, StartId, TreeId, WaitId};
 use crate::log::{Record, RecordBody, VerifyError, verify};
 use crate::payload::{Payload, PayloadError};
 use crate::program::{Program, Settlement};
@@ -46,6 +46,8 @@ pub struct EngineConfig {
     pub snapshot_every: u64,
     /// Events buffered per subscriber before slow subscribers lag.
     pub event_capacity: usize,
+    /// Limits given to every tree this engine starts (recorded with the tree).
+    pub limits: TreeLimits,
 }
 
 impl EngineConfig {
@@ -65,6 +67,7 @@ impl EngineConfig {
             max_steps_per_commit: 64,
             snapshot_every: 512,
             event_capacity: 4096,
+            limits: TreeLimits::default(),
         }
     }
 
@@ -353,6 +356,16 @@ pub enum SignalError {
         /// The process.
         process: ProcessId,
     },
+    /// The mailbox holds as many unconsumed signals as the tree allows.
+    #[error(
+        "engine.limit.pending_signals: process {process} already holds {limit} unconsumed signals"
+    )]
+    MailboxFull {
+        /// The process.
+        process: ProcessId,
+        /// The limit.
+        limit: u64,
+    },
     /// The tree's writer stopped.
     #[error(transparent)]
     Stopped(#[from] RuntimeError),
@@ -368,6 +381,7 @@ impl SignalError {
             SignalError::Rejected(failure) => failure.code(),
             SignalError::Conflict { .. } => "engine.signal.conflict",
             SignalError::BudgetExhausted { .. } => "engine.limit.signals",
+            SignalError::MailboxFull { .. } => "engine.limit.pending_signals",
             SignalError::Stopped(error) => error.code(),
         }
     }
@@ -383,11 +397,11 @@ pub enum ControlError {
         /// The process.
         process: ProcessId,
     },
-    /// The effect is not an unknown effect of the process.
-    #[error("engine.effect.not_unknown: effect {effect} of process {process} is not unknown")]
+    /// The effect is not an unknown effect of a live process of the tree.
+    #[error("engine.effect.not_unknown: effect {effect} is not an unknown effect of tree {tree}")]
     NotUnknown {
-        /// The process.
-        process: ProcessId,
+        /// The tree.
+        tree: TreeId,
         /// The effect.
         effect: EffectId,
     },
@@ -433,7 +447,10 @@ pub enum OutputError {
 /// What the host sees of a tree while its owner task runs.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct TreeOutcome {
-    root: Option<Termination>,
+    /// Terminations committed so far, by process.
+    terminations: BTreeMap<ProcessId, Termination>,
+    /// Processes whose whole subtree has terminated.
+    drained: std::collections::BTreeSet<ProcessId>,
     stopped: Option<RuntimeError>,
     finished: bool,
 }
@@ -473,6 +490,7 @@ pub(crate) struct EngineInner {
     lease_ttl: Duration,
     max_steps_per_commit: usize,
     snapshot_every: u64,
+    limits: TreeLimits,
     trees: Mutex<BTreeMap<TreeId, Weak<TreeShared>>>,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     events: broadcast::Sender<Event>,
@@ -581,12 +599,16 @@ pub(crate) fn fold(
         .map_err(|error: VerifyError| corrupt(error.to_string()))?;
     for record in &load.records {
         let body = decode(record).map_err(&corrupt)?;
-        match &mut state {
-            None => state = Some(TreeState::started(&body).map_err(|e| corrupt(e.to_string()))?),
-            Some(state) => state
-                .apply(&body)
-                .map_err(|error| corrupt(format!("record {}: {error}", record.seq)))?,
-        }
+        let folded = match &mut state {
+            None => state.insert(TreeState::started(&body).map_err(|e| corrupt(e.to_string()))?),
+            Some(state) => {
+                state
+                    .apply(&body)
+                    .map_err(|error| corrupt(format!("record {}: {error}", record.seq)))?;
+                state
+            }
+        };
+        folded.history_bytes += record.body.len() as u64;
     }
     let state = state.ok_or(RecoverError::NotFound { tree })?;
     if state.root != tree {
@@ -629,6 +651,7 @@ impl Engine {
                 lease_ttl: config.lease_ttl,
                 max_steps_per_commit: config.max_steps_per_commit.max(1),
                 snapshot_every: config.snapshot_every.max(1),
+                limits: config.limits,
                 trees: Mutex::new(BTreeMap::new()),
                 tasks: Mutex::new(Vec::new()),
                 events,
@@ -729,11 +752,12 @@ impl Engine {
         Ok(report)
     }
 
-    /// Settles an unknown effect with the host's settlement (never unknown).
+    /// Settles an unknown effect anywhere in a tree with the host's
+    /// settlement (never unknown).
     pub async fn resolve_unknown(
         &self,
         scope: &Scope,
-        process: ProcessId,
+        tree: TreeId,
         effect: EffectId,
         settlement: Settlement,
     ) -> Result<(), ControlError> {
@@ -742,10 +766,9 @@ impl Engine {
                 "a resolution must be succeeded or failed".into(),
             ));
         }
-        let handle: ProcessHandle = self.process(scope, process).await?;
+        let handle: ProcessHandle = self.process(scope, tree).await?;
         handle
             .control(|reply| Command::Resolve {
-                process,
                 effect,
                 settlement,
                 reply,
@@ -753,21 +776,17 @@ impl Engine {
             .await
     }
 
-    /// Dispatches an unknown effect again under its identity (the host
-    /// asserts it is safe).
+    /// Dispatches an unknown effect of a tree again under its identity (the
+    /// host asserts it is safe).
     pub async fn replay_unknown(
         &self,
         scope: &Scope,
-        process: ProcessId,
+        tree: TreeId,
         effect: EffectId,
     ) -> Result<(), ControlError> {
-        let handle: ProcessHandle = self.process(scope, process).await?;
+        let handle: ProcessHandle = self.process(scope, tree).await?;
         handle
-            .control(|reply| Command::Replay {
-                process,
-                effect,
-                reply,
-            })
+            .control(|reply| Command::Replay { effect, reply })
             .await
     }
 
@@ -947,32 +966,52 @@ impl<O> ProcessHandle<O> {
 
     /// Waits for the termination.
     pub async fn await_result(&self) -> Result<Termination, RuntimeError> {
+        let process = self.process;
         let mut outcome = self.shared.outcome.clone();
         let result = outcome
-            .wait_for(|o| o.root.is_some() || o.stopped.is_some() || o.finished)
+            .wait_for(|o| {
+                o.terminations.contains_key(&process) || o.stopped.is_some() || o.finished
+            })
             .await
-            .map(|o| o.clone());
+            .map(|o| (o.terminations.get(&process).cloned(), o.stopped.clone()));
         match result {
-            Ok(TreeOutcome {
-                root: Some(termination),
-                ..
-            }) => Ok(termination),
-            Ok(TreeOutcome {
-                stopped: Some(error),
-                ..
-            }) => Err(error),
+            Ok((Some(termination), _)) => Ok(termination),
+            Ok((None, Some(error))) => Err(error),
             _ => Err(self.closed()),
         }
     }
 
-    /// Waits until the subtree has drained and the tree's task released it.
+    /// Waits until this process and its whole subtree have terminated (for
+    /// the root: until the tree's task has released the tree).
     pub async fn join(&self) -> Result<Termination, RuntimeError> {
         let termination = self.await_result().await?;
+        let (process, root) = (self.process, self.process == self.shared.tree);
         let mut outcome = self.shared.outcome.clone();
-        let _ = outcome
-            .wait_for(|o| o.finished || o.stopped.is_some())
-            .await;
-        Ok(termination)
+        let joined = outcome
+            .wait_for(|o| {
+                o.finished || (!root && o.drained.contains(&process)) || o.stopped.is_some()
+            })
+            .await
+            .map(|o| {
+                (
+                    o.finished || o.drained.contains(&process),
+                    o.stopped.clone(),
+                )
+            });
+        match joined {
+            Ok((true, _)) => Ok(termination),
+            Ok((false, Some(error))) => Err(error),
+            _ => Err(self.closed()),
+        }
+    }
+
+    /// A handle on this process's child under `key` (which may not exist yet).
+    pub fn child<O2>(&self, key: &ChildKey) -> ProcessHandle<O2> {
+        ProcessHandle::new(
+            self.engine.clone(),
+            self.shared.clone(),
+            ProcessId::child(self.process, key),
+        )
     }
 
     /// Waits for completion and decodes the output.
@@ -994,14 +1033,13 @@ impl<O> ProcessHandle<O> {
     ) -> Result<T, E> {
         let (reply, answer) = oneshot::channel();
         if self.shared.commands.send(make(reply)).is_err() {
-            let outcome = self.shared.outcome.borrow().clone();
-            return Err(match outcome {
-                TreeOutcome {
-                    stopped: Some(error),
-                    ..
-                } => error.into(),
-                TreeOutcome { root: Some(_), .. } => terminated(),
-                _ => self.closed().into(),
+            let outcome = self.shared.outcome.borrow();
+            return Err(match &outcome.stopped {
+                Some(error) => error.clone().into(),
+                None if outcome.finished || outcome.terminations.contains_key(&self.process) => {
+                    terminated()
+                }
+                None => self.closed().into(),
             });
         }
         match answer.await {

@@ -9,13 +9,13 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::budget::{Budget, Capabilities, Meters, Usage};
+use crate::budget::{Budget, Capabilities, Dimension, Meters, Quota, TreeLimits, Usage};
 use crate::clock::Timestamp;
 use crate::descriptor::Schema;
 use crate::digest::Digest;
 use crate::failure::{Cause, Failure, Status, Termination};
 use crate::ids::{ChildKey, EffectId, ProcessId, SignalId, StartId, WaitId};
-use crate::log::RecordBody;
+use crate::log::{Delivery, RecordBody};
 use crate::payload::Payload;
 use crate::program::{
     Effect, ExecutionState, ProgramRef, Settlement, Signal, SignalBody, Transition,
@@ -30,6 +30,11 @@ pub(crate) struct TreeState {
     pub root: ProcessId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<Timestamp>,
+    pub limits: TreeLimits,
+    /// Bytes of log records folded into this state (kept by the writer and
+    /// by the fold, not by `apply`, which never sees record sizes).
+    #[serde(default)]
+    pub history_bytes: u64,
     /// Boxed so a one-process tree does not pay for a whole B-tree node of states.
     pub processes: BTreeMap<ProcessId, Box<ProcessState>>,
 }
@@ -38,6 +43,18 @@ pub(crate) struct TreeState {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ProcessState {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ProcessId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<ChildKey>,
+    #[serde(default)]
+    pub depth: u32,
+    /// Children by key.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub children: BTreeMap<ChildKey, ProcessId>,
+    /// Budget granted to children, debited for good.
+    #[serde(default)]
+    pub granted: Usage,
     pub program: ProgramRef,
     pub input: Digest,
     pub budget: Budget,
@@ -112,6 +129,64 @@ fn inconsistent<T>(message: impl Into<String>) -> Result<T, ApplyError> {
 }
 
 impl ProcessState {
+    fn new(
+        program: &ProgramRef,
+        input: &Payload,
+        budget: &Budget,
+        capabilities: &Capabilities,
+        state: &ExecutionState,
+    ) -> ProcessState {
+        ProcessState {
+            parent: None,
+            key: None,
+            depth: 0,
+            children: BTreeMap::new(),
+            granted: Usage::default(),
+            program: program.clone(),
+            input: input.digest(),
+            budget: budget.clone(),
+            capabilities: capabilities.clone(),
+            usage: Usage::default(),
+            status: Status::Running,
+            steps: 0,
+            state: state.clone(),
+            mailbox: VecDeque::new(),
+            consumed: 0,
+            receipts: BTreeMap::new(),
+            batch: Vec::new(),
+            waiting: None,
+            waits: BTreeMap::new(),
+            answered: BTreeSet::new(),
+            cancel: None,
+            termination: None,
+        }
+    }
+
+    /// Debits a child's grant from every finite dimension of this budget.
+    /// Unlimited dimensions grant without a debit; grants are never refunded.
+    fn debit(&mut self, child: &Budget) {
+        let add = |quota: Quota, granted: &mut u64, amount: Quota| {
+            if let (Quota::Finite(_), Quota::Finite(amount)) = (quota, amount) {
+                *granted = granted.saturating_add(amount);
+            }
+        };
+        add(self.budget.steps, &mut self.granted.steps, child.steps);
+        add(
+            self.budget.effects,
+            &mut self.granted.effects,
+            child.effects,
+        );
+        add(
+            self.budget.signals,
+            &mut self.granted.signals,
+            child.signals,
+        );
+        for (meter, quota) in &self.budget.meters {
+            let granted = self.granted.meters.entry(meter.clone()).or_insert(0);
+            add(*quota, granted, child.meter(meter));
+        }
+    }
+
     /// The first effect not definitely settled (an unknown occupies it).
     pub fn frontier(&self) -> Option<&Slot> {
         self.batch
@@ -153,7 +228,15 @@ impl ProcessState {
                 (Phase::Planned, Effect::Wait { .. }) => {
                     slot.phase = Phase::Settled(Settlement::ok(Payload::null()));
                 }
-                _ => return,
+                // A process blocked on its children is waiting, not running.
+                (Phase::Planned, Effect::WaitChildren { .. }) => {
+                    self.status = Status::Waiting;
+                    return;
+                }
+                _ => {
+                    self.status = Status::Running;
+                    return;
+                }
             }
         }
         if self
@@ -194,6 +277,47 @@ impl ProcessState {
                     effect: slot.id,
                     settlement,
                 },
+                Effect::StartChild { key, .. } => match settlement {
+                    Settlement::Succeeded { output, .. } => SignalBody::ChildStarted {
+                        effect: slot.id,
+                        key,
+                        process: output.decode().ok(),
+                        failure: None,
+                    },
+                    Settlement::Failed { failure, .. } => SignalBody::ChildStarted {
+                        effect: slot.id,
+                        key,
+                        process: None,
+                        failure: Some(failure),
+                    },
+                    unknown @ Settlement::Unknown { .. } => SignalBody::Settled {
+                        effect: slot.id,
+                        settlement: unknown,
+                    },
+                },
+                Effect::SignalChild { key, .. } | Effect::CancelChild { key, .. } => {
+                    SignalBody::ControlReceipt {
+                        effect: slot.id,
+                        key,
+                        result: settlement,
+                    }
+                }
+                Effect::WaitChildren { .. } => match &settlement {
+                    Settlement::Succeeded { output, .. } => match output.decode() {
+                        Ok(children) => SignalBody::ChildrenReady {
+                            effect: slot.id,
+                            children,
+                        },
+                        Err(_) => SignalBody::Settled {
+                            effect: slot.id,
+                            settlement,
+                        },
+                    },
+                    _ => SignalBody::Settled {
+                        effect: slot.id,
+                        settlement,
+                    },
+                },
             };
             self.mailbox.push_back(Signal {
                 id: SignalId::for_effect(slot.id),
@@ -202,6 +326,41 @@ impl ProcessState {
             });
         }
         self.status = Status::Running;
+    }
+
+    /// Budget used plus budget granted to children, in one dimension.
+    pub fn spent(&self, dimension: &Dimension) -> u64 {
+        self.usage
+            .used(dimension)
+            .saturating_add(self.granted.used(dimension))
+    }
+
+    /// Whether `more` of a dimension still fits the budget.
+    pub fn allows(&self, dimension: &Dimension, more: u64) -> bool {
+        self.budget
+            .quota(dimension)
+            .allows(self.spent(dimension), more)
+    }
+
+    /// Appends an admitted signal: closes the wait it answers, wakes the
+    /// process if it sleeps on that wait, records the receipt, charges it.
+    fn receive(&mut self, signal: &Signal) -> Result<(), ApplyError> {
+        if let Some(wait) = signal.wait {
+            if self.waits.remove(&wait).is_none() {
+                return inconsistent(format!("signal answers wait {wait}, which is not open"));
+            }
+            self.answered.insert(wait);
+            if self.waiting == Some(wait) && self.status == Status::Waiting {
+                self.status = Status::Running;
+            }
+        }
+        if !signal.id.is_engine() {
+            self.receipts
+                .insert(signal.id.clone(), signal_digest(signal));
+        }
+        self.usage.signals += 1;
+        self.mailbox.push_back(signal.clone());
+        Ok(())
     }
 
     fn terminate(&mut self, termination: Termination) {
@@ -216,7 +375,7 @@ impl ProcessState {
     fn reserve_of(slot: &Slot) -> Meters {
         match &slot.effect {
             Effect::Dispatch { reserve, .. } => reserve.clone(),
-            Effect::Wait { .. } => Meters::new(),
+            _ => Meters::new(),
         }
     }
 
@@ -267,34 +426,19 @@ impl TreeState {
             budget,
             capabilities,
             deadline,
+            limits,
             state,
         } = body
         else {
             return inconsistent("a log must begin with tree_started");
         };
-        let process = ProcessState {
-            program: program.clone(),
-            input: input.digest(),
-            budget: budget.clone(),
-            capabilities: capabilities.clone(),
-            usage: Usage::default(),
-            status: Status::Running,
-            steps: 0,
-            state: state.clone(),
-            mailbox: VecDeque::new(),
-            consumed: 0,
-            receipts: BTreeMap::new(),
-            batch: Vec::new(),
-            waiting: None,
-            waits: BTreeMap::new(),
-            answered: BTreeSet::new(),
-            cancel: None,
-            termination: None,
-        };
+        let process = ProcessState::new(program, input, budget, capabilities, state);
         Ok(TreeState {
             start: start.clone(),
             root: *root,
             deadline: *deadline,
+            limits: limits.clone(),
+            history_bytes: 0,
             processes: BTreeMap::from([(*root, Box::new(process))]),
         })
     }
@@ -470,24 +614,7 @@ impl TreeState {
             RecordBody::SignalsAdmitted { process, signals } => {
                 let process = self.process_mut(*process)?;
                 for signal in signals {
-                    if let Some(wait) = signal.wait {
-                        if process.waits.remove(&wait).is_none() {
-                            return inconsistent(format!(
-                                "signal answers wait {wait}, which is not open"
-                            ));
-                        }
-                        process.answered.insert(wait);
-                        if process.waiting == Some(wait) && process.status == Status::Waiting {
-                            process.status = Status::Running;
-                        }
-                    }
-                    if !signal.id.is_engine() {
-                        process
-                            .receipts
-                            .insert(signal.id.clone(), signal_digest(signal));
-                    }
-                    process.usage.signals += 1;
-                    process.mailbox.push_back(signal.clone());
+                    process.receive(signal)?;
                 }
                 Ok(())
             }
@@ -511,6 +638,75 @@ impl TreeState {
             } => {
                 let process = self.process_mut(*process)?;
                 process.terminate(termination.clone());
+                Ok(())
+            }
+            RecordBody::ChildStarted {
+                parent,
+                effect,
+                child,
+                key,
+                program,
+                input,
+                budget,
+                capabilities,
+                state,
+            } => {
+                if self.processes.contains_key(child) {
+                    return inconsistent(format!("child {child} already exists"));
+                }
+                let parent_id = *parent;
+                let parent = self.process_mut(parent_id)?;
+                let slot = parent.slot_mut(*effect)?;
+                if slot.phase != Phase::Planned || !matches!(slot.effect, Effect::StartChild { .. })
+                {
+                    return inconsistent(format!("effect {effect} is not a planned child start"));
+                }
+                let receipt = Payload::encode(child).map_err(|e| ApplyError(e.to_string()))?;
+                slot.phase = Phase::Settled(Settlement::ok(receipt));
+                parent.children.insert(key.clone(), *child);
+                parent.debit(budget);
+                let depth = parent.depth + 1;
+                parent.advance();
+                let mut process = ProcessState::new(program, input, budget, capabilities, state);
+                process.parent = Some(parent_id);
+                process.key = Some(key.clone());
+                process.depth = depth;
+                self.processes.insert(*child, Box::new(process));
+                Ok(())
+            }
+            RecordBody::ControlDelivered {
+                parent,
+                effect,
+                child,
+                delivery,
+            } => {
+                let parent = self.process_mut(*parent)?;
+                let key = match parent.batch.iter().find(|slot| slot.id == *effect) {
+                    Some(Slot {
+                        effect: Effect::SignalChild { key, .. } | Effect::CancelChild { key, .. },
+                        phase: Phase::Planned,
+                        ..
+                    }) => key.clone(),
+                    _ => return inconsistent(format!("effect {effect} is not a planned control")),
+                };
+                if parent.children.get(&key) != Some(child) {
+                    return inconsistent(format!("{child} is not the child {key}"));
+                }
+                let slot = parent.slot_mut(*effect)?;
+                slot.phase = Phase::Settled(Settlement::ok(Payload::null()));
+                parent.advance();
+                let child = self.process_mut(*child)?;
+                match delivery {
+                    Delivery::Signal { signal } => child.receive(signal)?,
+                    Delivery::Cancel { reason } => {
+                        if child.cancel.is_none() {
+                            child.cancel = Some(CancelIntent {
+                                cause: Cause::ParentCancellation,
+                                reason: reason.clone(),
+                            });
+                        }
+                    }
+                }
                 Ok(())
             }
         }

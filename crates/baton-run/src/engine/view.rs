@@ -1,5 +1,7 @@
 //! Projections of committed state: inspection views, captures and events.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::budget::{Budget, Usage};
@@ -38,6 +40,14 @@ pub struct ProcessView {
     pub id: ProcessId,
     /// Its key under its parent (none for the root).
     pub key: Option<ChildKey>,
+    /// Its parent (none for the root).
+    pub parent: Option<ProcessId>,
+    /// Its depth (the root is 0).
+    pub depth: u32,
+    /// Its children by key.
+    pub children: BTreeMap<ChildKey, ProcessId>,
+    /// Budget granted to its children (debited for good).
+    pub granted: Usage,
     /// Its program's descriptor name.
     pub program: Name,
     /// Its status (`Parked` shows as needs_attention).
@@ -93,7 +103,7 @@ impl TreeView {
             .iter()
             .map(|(id, process)| ProcessView::of(*id, process, private))
             .collect();
-        processes.sort_by_key(|view| view.id != state.root);
+        processes.sort_by_key(|view| (view.depth, view.id));
         TreeView {
             tree: state.root,
             scope: state.start.scope.clone(),
@@ -107,6 +117,20 @@ impl TreeView {
     /// The root's view.
     pub fn root(&self) -> &ProcessView {
         &self.processes[0]
+    }
+
+    /// A process's view.
+    pub fn process(&self, id: ProcessId) -> Option<&ProcessView> {
+        self.processes.iter().find(|view| view.id == id)
+    }
+
+    /// The budget a process has left in one dimension (`None`: unlimited).
+    pub fn remaining(view: &ProcessView, dimension: &crate::budget::Dimension) -> Option<u64> {
+        view.budget.quota(dimension).remaining(
+            view.usage
+                .used(dimension)
+                .saturating_add(view.granted.used(dimension)),
+        )
     }
 }
 
@@ -142,7 +166,11 @@ impl ProcessView {
             .collect();
         ProcessView {
             id,
-            key: None,
+            key: process.key.clone(),
+            parent: process.parent,
+            depth: process.depth,
+            children: process.children.clone(),
+            granted: process.granted.clone(),
             program: process.program.name.clone(),
             status: process.status,
             budget: process.budget.clone(),
@@ -251,6 +279,25 @@ pub enum EventKind {
         /// Its terminal status.
         status: Status,
     },
+    /// A child was published with its parent's receipt; the event concerns the child.
+    ChildStarted {
+        /// Log sequence.
+        seq: u64,
+        /// The parent.
+        parent: ProcessId,
+    },
+    /// A control (signal or cancel) reached the process from its parent.
+    ControlDelivered {
+        /// Log sequence.
+        seq: u64,
+        /// `signal` or `cancel`.
+        control: &'static str,
+    },
+    /// The process and its whole subtree have terminated.
+    Drained {
+        /// The process's terminal status.
+        status: Status,
+    },
     /// Non-durable progress from a dispatch (e.g. model tokens).
     Delta {
         /// The effect.
@@ -326,6 +373,25 @@ impl EventKind {
             RecordBody::CancelRequested { process, .. } => {
                 (*process, EventKind::CancelRequested { seq })
             }
+            RecordBody::ChildStarted { parent, child, .. } => (
+                *child,
+                EventKind::ChildStarted {
+                    seq,
+                    parent: *parent,
+                },
+            ),
+            RecordBody::ControlDelivered {
+                child, delivery, ..
+            } => (
+                *child,
+                EventKind::ControlDelivered {
+                    seq,
+                    control: match delivery {
+                        crate::log::Delivery::Signal { .. } => "signal",
+                        crate::log::Delivery::Cancel { .. } => "cancel",
+                    },
+                },
+            ),
             RecordBody::Terminated {
                 process,
                 termination,

@@ -25,6 +25,8 @@ pub enum Kind {
     Panic,
     /// Dispatches `{"tokens": n}` reserving n tokens, completes with the settlement.
     Metered,
+    /// Completes at once with its input.
+    Echo,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -89,7 +91,11 @@ impl Execution for TestExecution {
         self.state.phase += 1;
         match (self.state.kind, phase) {
             (Kind::Dispatch, 0) => {
-                let items = self.state.input.as_array().cloned().unwrap_or_default();
+                // A list dispatches each item; any other value dispatches itself.
+                let items = match &self.state.input {
+                    Value::Array(items) => items.clone(),
+                    other => vec![other.clone()],
+                };
                 let effects = items
                     .iter()
                     .map(|item| Payload::from_value(item).map(Effect::dispatch))
@@ -151,6 +157,10 @@ impl Execution for TestExecution {
                     wait,
                 })
             }
+            (Kind::Echo, _) => Ok(Transition::Complete {
+                consumed: window.len(),
+                output: Payload::from_value(&self.state.input)?,
+            }),
             (Kind::Loop, _) => Ok(Transition::Continue {
                 consumed: window.len(),
                 effects: Vec::new(),
@@ -175,10 +185,10 @@ impl Execution for TestExecution {
 pub fn program(kind: Kind, dispatcher: Option<Arc<dyn Dispatcher>>) -> Program<Value, Value> {
     let name = format!("test.{}", format!("{kind:?}").to_lowercase());
     let input = match kind {
-        Kind::Dispatch => Schema::of::<Vec<Value>>(),
+        Kind::Dispatch => Schema::any(),
         Kind::Ask => Schema::of::<String>(),
         Kind::Metered => Schema::of::<u64>(),
-        Kind::Loop | Kind::Panic => Schema::any(),
+        Kind::Loop | Kind::Panic | Kind::Echo => Schema::any(),
     };
     let descriptor = Descriptor::new(&name, "A test program.", input, Schema::any())
         .expect("valid")
@@ -215,8 +225,9 @@ pub fn budget_steps(steps: u64) -> Budget {
 pub async fn open_wait<O>(handle: &baton_run::ProcessHandle<O>) -> WaitId {
     for _ in 0..10_000 {
         let view = handle.inspect().await.expect("inspects");
-        if let Some(wait) = view.root().open_waits.first()
-            && view.root().status == baton_run::Status::Waiting
+        if let Some(process) = view.process(handle.id())
+            && let Some(wait) = process.open_waits.first()
+            && process.status == baton_run::Status::Waiting
         {
             return wait.id;
         }
