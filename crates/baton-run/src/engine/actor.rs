@@ -224,6 +224,19 @@ pub(super) async fn start(
         })?;
         Ok((state, restored))
     });
+    let started = started.and_then(|(state, execution)| {
+        if state.0.len() as u64 > engine.limits.max_state_bytes {
+            return Err(Failure::execution(
+                "engine.limit.state",
+                format!(
+                    "initial state of {} bytes exceeds the tree's limit of {}",
+                    state.0.len(),
+                    engine.limits.max_state_bytes
+                ),
+            ));
+        }
+        Ok((state, execution))
+    });
     let (state, execution) = match started {
         Ok(started) => started,
         Err(failure) => {
