@@ -117,9 +117,11 @@ struct Actor {
     /// Inspections wait for the round's commit so they show committed state only.
     inspects: Vec<oneshot::Sender<Result<TreeView, ControlError>>>,
     attempts: u64,
-    commands: mpsc::UnboundedReceiver<Command>,
-    completions: mpsc::UnboundedReceiver<Completion>,
-    completion_sender: mpsc::UnboundedSender<Completion>,
+    // Channel items are boxed: tokio allocates each channel's first block of
+    // 32 slots up front, so small items keep an idle tree small.
+    commands: mpsc::UnboundedReceiver<Box<Command>>,
+    completions: mpsc::UnboundedReceiver<Box<Completion>>,
+    completion_sender: mpsc::UnboundedSender<Box<Completion>>,
     outcome: watch::Sender<TreeOutcome>,
 }
 
@@ -435,13 +437,13 @@ impl Actor {
     async fn run(mut self) {
         loop {
             while let Ok(command) = self.commands.try_recv() {
-                if let Some(reply) = self.command(command) {
+                if let Some(reply) = self.command(*command) {
                     self.close(reply).await;
                     return;
                 }
             }
             while let Ok(completion) = self.completions.try_recv() {
-                self.complete(completion);
+                self.complete(*completion);
             }
             self.check_deadline();
             self.check_history();
@@ -465,13 +467,13 @@ impl Actor {
                 biased;
                 command = self.commands.recv() => {
                     if let Some(command) = command
-                        && let Some(reply) = self.command(command)
+                        && let Some(reply) = self.command(*command)
                     {
                         self.close(reply).await;
                         return;
                     }
                 }
-                Some(completion) = self.completions.recv() => self.complete(completion),
+                Some(completion) = self.completions.recv() => self.complete(*completion),
                 () = clock.sleep_until(deadline.unwrap_or(Timestamp(u64::MAX))), if deadline.is_some() => {}
                 () = clock.sleep_until(renew_at) => {
                     let until = self.engine.clock.now().plus(self.engine.lease_ttl);
@@ -1770,11 +1772,11 @@ impl Actor {
                         },
                     },
                 };
-                let _ = completions.send(Completion {
+                let _ = completions.send(Box::new(Completion {
                     effect,
                     attempt,
                     settlement,
-                });
+                }));
             }
             .instrument(span),
         );

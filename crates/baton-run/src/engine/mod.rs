@@ -460,7 +460,7 @@ pub(crate) struct TreeShared {
     scope: Scope,
     program: Digest,
     input: Digest,
-    commands: mpsc::UnboundedSender<Command>,
+    commands: mpsc::UnboundedSender<Box<Command>>,
     outcome: watch::Receiver<TreeOutcome>,
 }
 
@@ -836,7 +836,7 @@ impl Engine {
             .unwrap_or_default();
         for shared in trees {
             let (reply, done) = oneshot::channel();
-            if shared.commands.send(Command::Close { reply }).is_ok() {
+            if shared.commands.send(Box::new(Command::Close { reply })).is_ok() {
                 let _ = done.await;
             }
         }
@@ -1032,7 +1032,7 @@ impl<O> ProcessHandle<O> {
         terminated: impl FnOnce() -> E,
     ) -> Result<T, E> {
         let (reply, answer) = oneshot::channel();
-        if self.shared.commands.send(make(reply)).is_err() {
+        if self.shared.commands.send(Box::new(make(reply))).is_err() {
             let outcome = self.shared.outcome.borrow();
             return Err(match &outcome.stopped {
                 Some(error) => error.clone().into(),

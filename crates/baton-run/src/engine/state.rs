@@ -74,7 +74,8 @@ pub(crate) struct ProcessState {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<WaitId>,
     /// External waits open for an answer.
-    pub waits: BTreeMap<WaitId, OpenWait>,
+    /// Boxed: a B-tree node holds room for eleven entries.
+    pub waits: BTreeMap<WaitId, Box<OpenWait>>,
     /// External waits already answered.
     pub answered: BTreeSet<WaitId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -259,12 +260,12 @@ impl ProcessState {
                     let wait = WaitId::for_effect(slot.id);
                     self.waits.insert(
                         wait,
-                        OpenWait {
+                        Box::new(OpenWait {
                             effect: slot.id,
                             key: key.clone(),
                             request: request.clone(),
                             answer_schema,
-                        },
+                        }),
                     );
                     SignalBody::WaitOpened {
                         effect: slot.id,
@@ -525,6 +526,8 @@ impl TreeState {
                     }
                     Transition::Wait { wait, .. } => {
                         process.waiting = Some(*wait);
+                        // A sleeping process keeps no spare mailbox capacity.
+                        process.mailbox.shrink_to_fit();
                         let answered = process
                             .mailbox
                             .iter()
