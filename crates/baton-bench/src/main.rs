@@ -11,6 +11,9 @@
 //! - `dispatch`: one root dispatches one effect per step to an echo
 //!   dispatcher; the figure is wall time per dispatch (a pending commit, a
 //!   settled commit and a step).
+//! - `children`: one root starts ten children at a time (each completes at
+//!   once with its input) and waits for all ten, until it has run the asked
+//!   number; the figure is wall time per child lifecycle.
 //! - `idle`: many roots each open an external wait and sleep on it; the
 //!   figure is resident memory growth per waiting process.
 //!
@@ -32,20 +35,22 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use baton::run::log::RecordKind;
 use baton::run::{
-    BoxFuture, Budget, ChildKey, Definition, Descriptor, DispatchCall, Dispatcher, Effect, Engine,
-    EngineConfig, Execution, ExecutionState, MemoryStore, Payload, ProcessHandle, Program,
-    ProgramConfig, ReplayPolicy, Schema, Settlement, Signal, SignalBody, StartId, StartRequest,
-    Status, StepError, Transition, TreeId, WaitId, configuration_digest, implementation_digest,
+    Boundary, BoxFuture, Budget, ChildKey, Condition, Definition, Descriptor, DispatchCall,
+    Dispatcher, Effect, Engine, EngineConfig, Execution, ExecutionState, MemoryStore, Payload,
+    ProcessHandle, Program, ProgramConfig, ReplayPolicy, Schema, Settlement, Signal, SignalBody,
+    StartId, StartRequest, Status, StepError, Transition, TreeId, WaitId, configuration_digest,
+    implementation_digest,
 };
 use serde::{Deserialize, Serialize};
 
 /// Help text, printed for `--help` and after a usage error.
 const USAGE: &str = "\
-usage: baton-bench [WORKLOAD...] [--json] [--runs N] [--steps N] [--dispatches N] [--idle N]
+usage: baton-bench [WORKLOAD...] [--json] [--runs N] [--steps N] [--dispatches N] [--children N] [--idle N]
 
 workloads (all when none is named):
   step       wall time per step of a root that loops Continue with a counter state
   dispatch   wall time per dispatch to an echo dispatcher (pending + settled + step)
+  children   wall time per child lifecycle (start, complete, wait), ten children at a time
   idle       resident memory per process waiting on an external wait
 
 options:
@@ -53,6 +58,7 @@ options:
   --runs N        measured runs per workload after one warm-up (default 5)
   --steps N       steps per `step` run (default 20000)
   --dispatches N  dispatches per `dispatch` run (default 5000)
+  --children N    child lifecycles per `children` run (default 2000)
   --idle N        waiting roots per `idle` run (default 20000)";
 
 /// Roots started (and left waiting) in an `idle` run before the baseline
@@ -70,17 +76,25 @@ enum Workload {
     Dispatch,
     /// Processes asleep on an external wait.
     Idle,
+    /// Child lifecycles: start, complete, wait for, ten at a time.
+    Children,
 }
 
 impl Workload {
     /// Every workload, in the order they run.
-    const ALL: [Workload; 3] = [Workload::Step, Workload::Dispatch, Workload::Idle];
+    const ALL: [Workload; 4] = [
+        Workload::Step,
+        Workload::Dispatch,
+        Workload::Children,
+        Workload::Idle,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Workload::Step => "step",
             Workload::Dispatch => "dispatch",
             Workload::Idle => "idle",
+            Workload::Children => "children",
         }
     }
 
@@ -94,6 +108,7 @@ impl Workload {
             Workload::Step => "us/step",
             Workload::Dispatch => "us/dispatch",
             Workload::Idle => "bytes/process",
+            Workload::Children => "us/child",
         }
     }
 
@@ -103,6 +118,7 @@ impl Workload {
             Workload::Step => "step",
             Workload::Dispatch => "dispatch",
             Workload::Idle => "process",
+            Workload::Children => "child",
         }
     }
 }
@@ -115,6 +131,7 @@ struct Options {
     runs: usize,
     steps: u64,
     dispatches: u64,
+    children: u64,
     idle: usize,
     /// Hidden: run one workload in this process and print its samples.
     worker: Option<Workload>,
@@ -130,6 +147,7 @@ impl Options {
             runs: 5,
             steps: 20_000,
             dispatches: 5_000,
+            children: 2_000,
             idle: 20_000,
             worker: None,
             warm_up: false,
@@ -150,6 +168,7 @@ impl Options {
                 "--runs" => options.runs = usize::try_from(number("--runs")?)?,
                 "--steps" => options.steps = number("--steps")?,
                 "--dispatches" => options.dispatches = number("--dispatches")?,
+                "--children" => options.children = number("--children")?,
                 "--idle" => options.idle = usize::try_from(number("--idle")?)?,
                 "--warm-up" => options.warm_up = true,
                 "--worker" => {
@@ -180,6 +199,7 @@ impl Options {
             Workload::Step => self.steps,
             Workload::Dispatch => self.dispatches,
             Workload::Idle => self.idle as u64,
+            Workload::Children => self.children,
         }
     }
 }
@@ -336,7 +356,7 @@ fn orchestrate(options: &Options) -> Result<()> {
             Workload::Idle => (0..options.runs)
                 .map(|_| spawn_worker(workload, options, 1, false))
                 .collect::<Result<Vec<_>>>()?,
-            Workload::Step | Workload::Dispatch => {
+            Workload::Step | Workload::Dispatch | Workload::Children => {
                 vec![spawn_worker(workload, options, options.runs, true)?]
             }
         };
@@ -388,6 +408,7 @@ fn spawn_worker(
         .args(["--runs", &runs.to_string()])
         .args(["--steps", &options.steps.to_string()])
         .args(["--dispatches", &options.dispatches.to_string()])
+        .args(["--children", &options.children.to_string()])
         .args(["--idle", &options.idle.to_string()])
         .stdin(Stdio::null())
         .stderr(Stdio::inherit());
@@ -468,6 +489,7 @@ async fn worker(workload: Workload, options: &Options) -> Result<()> {
             Workload::Step => step_run(run, options.steps).await?,
             Workload::Dispatch => dispatch_run(run, options.dispatches).await?,
             Workload::Idle => idle_run(run, options.idle).await?,
+            Workload::Children => children_run(run, options.children).await?,
         };
         samples.push(sample);
     }
@@ -552,6 +574,30 @@ async fn dispatch_run(run: usize, dispatches: u64) -> Result<Sample> {
         figure: elapsed.as_secs_f64() * 1e6 / dispatches as f64,
         cpu: Some(cpu as f64 / 1e3 / dispatches as f64),
         bytes_written: bytes as f64 / dispatches as f64,
+    })
+}
+
+/// `children`: a root runs `children` child lifecycles, ten at a time.
+async fn children_run(run: usize, children: u64) -> Result<Sample> {
+    let store = MemoryStore::keeping_history();
+    let program = program(Workload::Children, None)?;
+    let engine = Engine::new(EngineConfig::new(store.clone()).program(&program));
+    let start = request(format!("children-{run}"), children)?;
+
+    let (cpu0, t0) = (cpu_ns(), now());
+    let handle = engine.start(&program, start).await?;
+    let output = handle.output().await?;
+    let (elapsed, cpu) = (now().duration_since(t0), cpu_ns().saturating_sub(cpu0));
+
+    if output != children {
+        bail!("the children root completed with {output}, not {children}");
+    }
+    let (bytes, _) = written(&store, handle.tree());
+    engine.close().await;
+    Ok(Sample {
+        figure: elapsed.as_secs_f64() * 1e6 / children as f64,
+        cpu: Some(cpu as f64 / 1e3 / children as f64),
+        bytes_written: bytes as f64 / children as f64,
     })
 }
 
@@ -649,11 +695,14 @@ struct Bench {
     descriptor: Descriptor,
     /// The idle wait's answer schema, compiled once and shared by every wait.
     answer: Schema,
+    /// The declared child program (`children` only).
+    child: Option<Program>,
 }
 
 struct Run {
     workload: Workload,
     answer: Schema,
+    child: Option<baton::run::Digest>,
     state: State,
 }
 
@@ -666,6 +715,7 @@ impl Definition for Bench {
         Ok(Box::new(Run {
             workload: self.workload,
             answer: self.answer.clone(),
+            child: self.child.as_ref().map(|c| c.reference().digest),
             state: State {
                 count: 0,
                 limit: input.decode()?,
@@ -678,8 +728,13 @@ impl Definition for Bench {
         Ok(Box::new(Run {
             workload: self.workload,
             answer: self.answer.clone(),
+            child: self.child.as_ref().map(|c| c.reference().digest),
             state: state.decode()?,
         }))
+    }
+
+    fn children(&self) -> Vec<Program> {
+        self.child.iter().cloned().collect()
     }
 }
 
@@ -702,6 +757,42 @@ impl Execution for Run {
                 })
             }
             Workload::Dispatch => Ok(Transition::Complete {
+                consumed: window.len(),
+                output: Payload::encode(&state.count)?,
+            }),
+            Workload::Children if state.count < state.limit => {
+                let child = self
+                    .child
+                    .context("no child program")
+                    .map_err(StepError::other)?;
+                let batch = (state.limit - state.count).min(10);
+                let keys = (state.count..state.count + batch)
+                    .map(|i| ChildKey::new(format!("c{i}")))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let mut effects = keys
+                    .iter()
+                    .map(|key| {
+                        Ok(Effect::StartChild {
+                            key: key.clone(),
+                            program: child,
+                            input: Payload::encode(&key.as_str())?,
+                            budget: Budget::unlimited(),
+                            capabilities: Default::default(),
+                        })
+                    })
+                    .collect::<Result<Vec<_>, StepError>>()?;
+                effects.push(Effect::WaitChildren {
+                    keys,
+                    boundary: Boundary::Result,
+                    condition: Condition::All,
+                });
+                state.count += batch;
+                Ok(Transition::Continue {
+                    consumed: window.len(),
+                    effects,
+                })
+            }
+            Workload::Children => Ok(Transition::Complete {
                 consumed: window.len(),
                 output: Payload::encode(&state.count)?,
             }),
@@ -752,6 +843,7 @@ fn program(
             Schema::of::<u64>(),
         )?,
         answer: Schema::of::<bool>(),
+        child: (workload == Workload::Children).then(echo_child),
     };
     Ok(Program::new(ProgramConfig {
         definition: Arc::new(definition),
@@ -759,6 +851,54 @@ fn program(
         implementation: implementation_digest(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
         configuration: configuration_digest(&workload)?,
     }))
+}
+
+/// A child that completes at once with its input.
+struct EchoChild(Descriptor);
+
+struct EchoRun(Payload);
+
+impl Definition for EchoChild {
+    fn descriptor(&self) -> &Descriptor {
+        &self.0
+    }
+
+    fn start(&self, input: &Payload) -> Result<Box<dyn Execution>, StepError> {
+        Ok(Box::new(EchoRun(input.clone())))
+    }
+
+    fn restore(&self, state: &ExecutionState) -> Result<Box<dyn Execution>, StepError> {
+        Ok(Box::new(EchoRun(state.0.clone())))
+    }
+}
+
+impl Execution for EchoRun {
+    fn step(&mut self, window: &[Signal]) -> Result<Transition, StepError> {
+        Ok(Transition::Complete {
+            consumed: window.len(),
+            output: self.0.clone(),
+        })
+    }
+
+    fn snapshot(&self) -> Result<ExecutionState, StepError> {
+        Ok(ExecutionState(self.0.clone()))
+    }
+}
+
+fn echo_child() -> Program {
+    let descriptor = Descriptor::new(
+        "bench.echo",
+        "Completes with its input.",
+        Schema::any(),
+        Schema::any(),
+    )
+    .expect("a static descriptor is valid");
+    Program::new(ProgramConfig {
+        definition: Arc::new(EchoChild(descriptor)),
+        dispatcher: None,
+        implementation: implementation_digest(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
+        configuration: configuration_digest(&()).expect("unit encodes"),
+    })
 }
 
 /// Settles every dispatch at once with its own request.
@@ -806,6 +946,8 @@ mod tests {
         assert!(step.figure > 0.0 && step.bytes_written > 0.0);
         let dispatch = dispatch_run(0, 20).await.unwrap();
         assert!(dispatch.figure > 0.0 && dispatch.bytes_written > 0.0);
+        let children = children_run(0, 25).await.unwrap();
+        assert!(children.figure > 0.0 && children.bytes_written > 0.0);
         let idle = idle_run(0, 20).await.unwrap();
         assert!(idle.bytes_written > 0.0);
     }
