@@ -818,16 +818,30 @@ async fn a_host_deadline_times_out_the_whole_subtree() {
     let clock = baton_run::ManualClock::new(baton_run::Timestamp(0));
     let ask = program(Kind::Ask, None);
     let root = parent(plan(Boundary::Result, Condition::All), &ask);
-    let engine = Engine::new(EngineConfig::new(MemoryStore::new()).program(&root).clock(clock.clone()));
+    let engine = Engine::new(
+        EngineConfig::new(MemoryStore::new())
+            .program(&root)
+            .clock(clock.clone()),
+    );
     let mut request = start("deadline", keys(&["a"]), Budget::unlimited());
     request.deadline = Some(baton_run::Timestamp(1_000));
     let handle = engine.start(&root, request).await.expect("starts");
     open_wait(&handle.child::<Value>(&key("a"))).await;
     clock.advance(std::time::Duration::from_millis(1_000));
     let root_end = handle.join().await.expect("joins");
-    assert_eq!((root_end.status(), root_end.cause()), (Status::TimedOut, baton_run::Cause::HostDeadline));
-    let child = handle.child::<Value>(&key("a")).await_result().await.expect("ended");
-    assert_eq!((child.status(), child.cause()), (Status::TimedOut, baton_run::Cause::ParentDeadline));
+    assert_eq!(
+        (root_end.status(), root_end.cause()),
+        (Status::TimedOut, baton_run::Cause::HostDeadline)
+    );
+    let child = handle
+        .child::<Value>(&key("a"))
+        .await_result()
+        .await
+        .expect("ended");
+    assert_eq!(
+        (child.status(), child.cause()),
+        (Status::TimedOut, baton_run::Cause::ParentDeadline)
+    );
 }
 
 #[tokio::test]
@@ -840,7 +854,10 @@ async fn tree_limits_fail_definitely_and_a_tree_over_its_history_is_closed() {
         ..TreeLimits::default()
     };
     let engine = Engine::new(config);
-    let handle = engine.start(&ask, request("mailbox", "q")).await.expect("starts");
+    let handle = engine
+        .start(&ask, request("mailbox", "q"))
+        .await
+        .expect("starts");
     open_wait(&handle).await;
     let note = |id: &str| SignalRequest {
         id: SignalId::new(id).expect("valid"),
@@ -851,7 +868,10 @@ async fn tree_limits_fail_definitely_and_a_tree_over_its_history_is_closed() {
     handle.signal(note("n2")).await.expect("admitted");
     let refused = handle.signal(note("n3")).await.expect_err("mailbox full");
     assert_eq!(refused.code(), "engine.limit.pending_signals");
-    assert_eq!(handle.inspect().await.expect("inspects").root().status, Status::Waiting);
+    assert_eq!(
+        handle.inspect().await.expect("inspects").root().status,
+        Status::Waiting
+    );
 
     // State bytes: an initial state over the limit refuses the start; a
     // state that grows over it fails the process.
@@ -861,12 +881,21 @@ async fn tree_limits_fail_definitely_and_a_tree_over_its_history_is_closed() {
         ..TreeLimits::default()
     };
     let engine = Engine::new(config);
-    let refused = engine.start(&ask, request("too-big", "x".repeat(300))).await.expect_err("refused");
+    let refused = engine
+        .start(&ask, request("too-big", "x".repeat(300)))
+        .await
+        .expect_err("refused");
     assert_eq!(refused.code(), "engine.limit.state");
     // Fits at first (about 85 bytes); storing the wait id grows it past 100.
-    let handle = engine.start(&ask, request("grows", "x".repeat(40))).await.expect("starts");
+    let handle = engine
+        .start(&ask, request("grows", "x".repeat(40)))
+        .await
+        .expect("starts");
     let ended = handle.await_result().await.expect("ends");
-    assert_eq!(ended.failure().expect("failure").code(), "engine.limit.state");
+    assert_eq!(
+        ended.failure().expect("failure").code(),
+        "engine.limit.state"
+    );
 
     // History: a tree whose log outgrows its limit is closed, not wedged.
     let mut config = EngineConfig::new(MemoryStore::new()).program(&ask);
@@ -875,7 +904,10 @@ async fn tree_limits_fail_definitely_and_a_tree_over_its_history_is_closed() {
         ..TreeLimits::default()
     };
     let engine = Engine::new(config);
-    let handle = engine.start(&ask, request("history", "q")).await.expect("starts");
+    let handle = engine
+        .start(&ask, request("history", "q"))
+        .await
+        .expect("starts");
     open_wait(&handle).await;
     let mut refused = None;
     for index in 0..100 {
@@ -887,7 +919,13 @@ async fn tree_limits_fail_definitely_and_a_tree_over_its_history_is_closed() {
             }
         }
     }
-    assert_eq!(refused.expect("eventually refused").code(), "engine.signal.terminated");
+    assert_eq!(
+        refused.expect("eventually refused").code(),
+        "engine.signal.terminated"
+    );
     let ended = handle.await_result().await.expect("closed");
-    assert_eq!(ended.failure().expect("failure").code(), "engine.limit.history");
+    assert_eq!(
+        ended.failure().expect("failure").code(),
+        "engine.limit.history"
+    );
 }

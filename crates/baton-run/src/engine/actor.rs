@@ -114,6 +114,9 @@ struct Actor {
     after: Vec<After>,
     in_flight: BTreeMap<EffectId, InFlight>,
     replay_allowed: BTreeSet<EffectId>,
+    /// Processes not yet terminated: a cache of the fold kept by `stage`, so
+    /// each round visits live processes only.
+    live: BTreeSet<ProcessId>,
     /// Inspections wait for the round's commit so they show committed state only.
     inspects: Vec<oneshot::Sender<Result<TreeView, ControlError>>>,
     attempts: u64,
@@ -396,6 +399,12 @@ fn spawn_with(
         outcome: outcome_receiver,
     });
     let (completion_sender, completions) = mpsc::unbounded_channel();
+    let live = state
+        .processes
+        .iter()
+        .filter(|(_, p)| p.termination.is_none())
+        .map(|(id, _)| *id)
+        .collect();
     let actor = Actor {
         engine: engine.clone(),
         _shared: shared.clone(),
@@ -410,6 +419,7 @@ fn spawn_with(
         staged: Vec::new(),
         after: Vec::new(),
         in_flight: BTreeMap::new(),
+        live,
         replay_allowed: BTreeSet::new(),
         inspects: Vec::new(),
         attempts: 0,
@@ -516,10 +526,14 @@ impl Actor {
             self.outcome.send_modify(|o| o.stopped = Some(inconsistent));
             return;
         }
+        if let RecordBody::ChildStarted { child, .. } = &body {
+            self.live.insert(*child);
+        }
         if let RecordBody::Terminated { process, .. } | RecordBody::StepAdopted { process, .. } =
             &body
             && self.state.processes[process].termination.is_some()
         {
+            self.live.remove(process);
             self.executions.remove(process);
             let abandoned: Vec<EffectId> = self
                 .in_flight
@@ -816,13 +830,7 @@ impl Actor {
     fn drive(&mut self) {
         let mut steps_left = self.engine.max_steps_per_commit;
         loop {
-            let live: Vec<ProcessId> = self
-                .state
-                .processes
-                .iter()
-                .filter(|(_, p)| p.termination.is_none())
-                .map(|(id, _)| *id)
-                .collect();
+            let live: Vec<ProcessId> = self.live.iter().copied().collect();
             let mut progressed = false;
             for process in live {
                 progressed |= self.advance(process, &mut steps_left);
@@ -1091,11 +1099,7 @@ impl Actor {
             return;
         }
         let limits = &self.state.limits;
-        let active = parent
-            .children
-            .values()
-            .filter(|child| self.state.processes[*child].termination.is_none())
-            .count() as u64;
+        let active = u64::from(parent.live_children);
         let limit = if parent.depth + 1 > limits.max_depth {
             Some(format!(
                 "depth {} exceeds the limit of {}",
@@ -1641,14 +1645,24 @@ impl Actor {
         if terminated.is_empty() {
             return;
         }
-        let already = self.outcome.borrow().drained.clone();
-        let drained: Vec<ProcessId> = self
-            .state
-            .processes
-            .keys()
-            .copied()
-            .filter(|id| !already.contains(id) && self.drained(*id))
-            .collect();
+        // Only a terminated process or one of its ancestors can have drained now.
+        let mut candidates = std::collections::BTreeSet::new();
+        for (process, _) in &terminated {
+            let mut next = Some(*process);
+            while let Some(id) = next {
+                if !candidates.insert(id) {
+                    break;
+                }
+                next = self.state.processes[&id].parent;
+            }
+        }
+        let drained: Vec<ProcessId> = {
+            let outcome = self.outcome.borrow();
+            candidates
+                .into_iter()
+                .filter(|id| !outcome.drained.contains(id) && self.drained(*id))
+                .collect()
+        };
         for id in &drained {
             let status = self.state.processes[id].status;
             self.emit(*id, EventKind::Drained { status });

@@ -836,7 +836,11 @@ impl Engine {
             .unwrap_or_default();
         for shared in trees {
             let (reply, done) = oneshot::channel();
-            if shared.commands.send(Box::new(Command::Close { reply })).is_ok() {
+            if shared
+                .commands
+                .send(Box::new(Command::Close { reply }))
+                .is_ok()
+            {
                 let _ = done.await;
             }
         }

@@ -55,6 +55,9 @@ pub(crate) struct ProcessState {
     /// Budget granted to children, debited for good.
     #[serde(default)]
     pub granted: Usage,
+    /// Children not yet terminated.
+    #[serde(default)]
+    pub live_children: u32,
     pub program: ProgramRef,
     pub input: Digest,
     pub budget: Budget,
@@ -143,6 +146,7 @@ impl ProcessState {
             depth: 0,
             children: BTreeMap::new(),
             granted: Usage::default(),
+            live_children: 0,
             program: program.clone(),
             input: input.digest(),
             budget: budget.clone(),
@@ -478,6 +482,25 @@ impl TreeState {
 
     /// Applies one record.
     pub fn apply(&mut self, body: &RecordBody) -> Result<(), ApplyError> {
+        self.apply_fact(body)?;
+        let ended = match body {
+            RecordBody::Terminated { process, .. } => Some(process),
+            RecordBody::StepAdopted {
+                process,
+                transition: Transition::Complete { .. } | Transition::Fail { .. },
+                ..
+            } => Some(process),
+            _ => None,
+        };
+        if let Some(parent) = ended.and_then(|process| self.processes[process].parent)
+            && let Some(parent) = self.processes.get_mut(&parent)
+        {
+            parent.live_children = parent.live_children.saturating_sub(1);
+        }
+        Ok(())
+    }
+
+    fn apply_fact(&mut self, body: &RecordBody) -> Result<(), ApplyError> {
         match body {
             RecordBody::TreeStarted { .. } => inconsistent("tree_started may only begin a log"),
             RecordBody::StepAdopted {
@@ -667,6 +690,7 @@ impl TreeState {
                 let receipt = Payload::encode(child).map_err(|e| ApplyError(e.to_string()))?;
                 slot.phase = Phase::Settled(Settlement::ok(receipt));
                 parent.children.insert(key.clone(), *child);
+                parent.live_children += 1;
                 parent.debit(budget);
                 let depth = parent.depth + 1;
                 parent.advance();
