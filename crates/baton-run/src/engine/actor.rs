@@ -110,6 +110,8 @@ struct Actor {
     head_seq: u64,
     head: Digest,
     since_snapshot: u64,
+    bytes_since_snapshot: u64,
+    last_snapshot_bytes: u64,
     staged: Vec<RecordBody>,
     after: Vec<After>,
     in_flight: BTreeMap<EffectId, InFlight>,
@@ -416,6 +418,8 @@ fn spawn_with(
         head_seq,
         head,
         since_snapshot: 0,
+        bytes_since_snapshot: 0,
+        last_snapshot_bytes: 0,
         staged: Vec::new(),
         after: Vec::new(),
         in_flight: BTreeMap::new(),
@@ -1580,10 +1584,16 @@ impl Actor {
         self.head_seq = seq;
         self.head = prev;
         self.since_snapshot += bodies.len() as u64;
+        self.bytes_since_snapshot += written;
         self.state.history_bytes += written;
         self.publish(first, &bodies);
         self.flush_after();
-        if self.since_snapshot >= self.engine.snapshot_every {
+        // Snapshot after `snapshot_every` records, but never write more
+        // snapshot bytes than log bytes since the last one: a large tree
+        // then snapshots less often and its cost stays linear in the log.
+        if self.since_snapshot >= self.engine.snapshot_every
+            && self.bytes_since_snapshot >= self.last_snapshot_bytes
+        {
             self.snapshot().await?;
         }
         Ok(())
@@ -1675,6 +1685,7 @@ impl Actor {
 
     async fn snapshot(&mut self) -> Result<(), RuntimeError> {
         let state = serde_json::to_vec(&self.state).expect("tree state always encodes");
+        let size = state.len() as u64;
         let snapshot = crate::log::Snapshot {
             seq: self.head_seq,
             head: self.head,
@@ -1687,6 +1698,8 @@ impl Actor {
             .await;
         self.check_outcome(outcome)?;
         self.since_snapshot = 0;
+        self.bytes_since_snapshot = 0;
+        self.last_snapshot_bytes = size;
         Ok(())
     }
 
