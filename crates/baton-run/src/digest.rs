@@ -84,12 +84,12 @@ impl Digest {
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
+    let mut out = Vec::with_capacity(bytes.len() * 2);
     for byte in bytes {
-        out.push(DIGITS[(byte >> 4) as usize] as char);
-        out.push(DIGITS[(byte & 0xf) as usize] as char);
+        out.push(DIGITS[(byte >> 4) as usize]);
+        out.push(DIGITS[(byte & 0xf) as usize]);
     }
-    out
+    String::from_utf8(out).expect("hex digits are ASCII")
 }
 
 pub(crate) fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {

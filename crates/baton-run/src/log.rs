@@ -190,8 +190,11 @@ pub enum RecordBody {
         child: ProcessId,
         /// Its key under the parent.
         key: ChildKey,
-        /// Its exact program.
-        program: ProgramRef,
+        /// Its program's descriptor name (for people).
+        name: crate::ids::Name,
+        /// Its exact program (`ProgramRef::digest`; the full ref is the
+        /// parent's declared child).
+        program: crate::digest::Digest,
         /// Its validated input.
         input: Payload,
         /// Its budget (debited from the parent).

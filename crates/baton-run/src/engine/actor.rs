@@ -1169,7 +1169,8 @@ impl Actor {
             effect,
             child,
             key,
-            program: child_program.reference().clone(),
+            name: child_program.descriptor().name().clone(),
+            program: child_program.reference().digest,
             input,
             budget,
             capabilities,
@@ -1616,6 +1617,10 @@ impl Actor {
     }
 
     fn emit(&self, process: ProcessId, kind: EventKind) {
+        // Nobody listens: skip computing the path.
+        if self.engine.events.receiver_count() == 0 {
+            return;
+        }
         let _ = self.engine.events.send(Event {
             tree: self.tree,
             process,

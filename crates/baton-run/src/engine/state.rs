@@ -14,7 +14,7 @@ use crate::clock::Timestamp;
 use crate::descriptor::Schema;
 use crate::digest::Digest;
 use crate::failure::{Cause, Failure, Status, Termination};
-use crate::ids::{ChildKey, EffectId, ProcessId, SignalId, StartId, WaitId};
+use crate::ids::{ChildKey, EffectId, Name, ProcessId, SignalId, StartId, WaitId};
 use crate::log::{Delivery, RecordBody};
 use crate::payload::Payload;
 use crate::program::{
@@ -58,7 +58,7 @@ pub(crate) struct ProcessState {
     /// Children not yet terminated.
     #[serde(default)]
     pub live_children: u32,
-    pub program: ProgramRef,
+    pub program: ProgramId,
     pub input: Digest,
     pub budget: Budget,
     pub capabilities: Capabilities,
@@ -85,6 +85,23 @@ pub(crate) struct ProcessState {
     pub cancel: Option<CancelIntent>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub termination: Option<Termination>,
+}
+
+/// Which exact program a process runs: its ref digest, and its name for people.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProgramId {
+    pub name: Name,
+    pub digest: Digest,
+}
+
+impl From<&ProgramRef> for ProgramId {
+    fn from(reference: &ProgramRef) -> ProgramId {
+        ProgramId {
+            name: reference.name.clone(),
+            digest: reference.digest,
+        }
+    }
 }
 
 /// One effect of the current batch.
@@ -134,7 +151,7 @@ fn inconsistent<T>(message: impl Into<String>) -> Result<T, ApplyError> {
 
 impl ProcessState {
     fn new(
-        program: &ProgramRef,
+        program: ProgramId,
         input: &Payload,
         budget: &Budget,
         capabilities: &Capabilities,
@@ -147,7 +164,7 @@ impl ProcessState {
             children: BTreeMap::new(),
             granted: Usage::default(),
             live_children: 0,
-            program: program.clone(),
+            program,
             input: input.digest(),
             budget: budget.clone(),
             capabilities: capabilities.clone(),
@@ -437,7 +454,7 @@ impl TreeState {
         else {
             return inconsistent("a log must begin with tree_started");
         };
-        let process = ProcessState::new(program, input, budget, capabilities, state);
+        let process = ProcessState::new(program.into(), input, budget, capabilities, state);
         Ok(TreeState {
             start: start.clone(),
             root: *root,
@@ -671,6 +688,7 @@ impl TreeState {
                 effect,
                 child,
                 key,
+                name,
                 program,
                 input,
                 budget,
@@ -694,6 +712,10 @@ impl TreeState {
                 parent.debit(budget);
                 let depth = parent.depth + 1;
                 parent.advance();
+                let program = ProgramId {
+                    name: name.clone(),
+                    digest: *program,
+                };
                 let mut process = ProcessState::new(program, input, budget, capabilities, state);
                 process.parent = Some(parent_id);
                 process.key = Some(key.clone());
