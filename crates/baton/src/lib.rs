@@ -12,9 +12,9 @@
 //! | module | crate | what it holds |
 //! | --- | --- | --- |
 //! | [`run`] | `baton-run` | the run kernel: programs, effects, signals, the log, stores, budgets, the engine |
+//! | [`workflow`] | `baton-workflow` | workflow stages as one program: transform, call, switch, fork, map, loop |
 //!
-//! Only the kernel exists today. Workflow stages (`baton::workflow`),
-//! coordination (`baton::coordination`: an input gate, first-success,
+//! Coordination (`baton::coordination`: an input gate, first-success,
 //! deadlines), the team coordinator (`baton::team`), the model-backed agent
 //! adapter (`baton::agent`) and durable store backends (`baton::store`) are
 //! planned; each gains its module here in the change that lands its crate.
@@ -230,3 +230,6 @@
 
 #[doc(inline)]
 pub use baton_run as run;
+
+#[doc(inline)]
+pub use baton_workflow as workflow;
