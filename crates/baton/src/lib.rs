@@ -13,9 +13,9 @@
 //! | --- | --- | --- |
 //! | [`run`] | `baton-run` | the run kernel: programs, effects, signals, the log, stores, budgets, the engine |
 //! | [`workflow`] | `baton-workflow` | workflow stages as one program: transform, call, switch, fork, map, loop |
+//! | [`coordination`] | `baton-coordination` | an input gate, first-success racing, deadlines with a timer dispatcher |
 //!
-//! Coordination (`baton::coordination`: an input gate, first-success,
-//! deadlines), the team coordinator (`baton::team`), the model-backed agent
+//! The team coordinator (`baton::team`), the model-backed agent
 //! adapter (`baton::agent`) and durable store backends (`baton::store`) are
 //! planned; each gains its module here in the change that lands its crate.
 //!
@@ -233,3 +233,6 @@ pub use baton_run as run;
 
 #[doc(inline)]
 pub use baton_workflow as workflow;
+
+#[doc(inline)]
+pub use baton_coordination as coordination;
