@@ -40,6 +40,11 @@ impl Quota {
     pub fn is_finite(self) -> bool {
         matches!(self, Quota::Finite(_))
     }
+
+    /// Whether this quota is unlimited (an absent budget field means so).
+    pub fn is_unlimited(&self) -> bool {
+        matches!(self, Quota::Unlimited)
+    }
 }
 
 impl fmt::Display for Quota {
@@ -114,16 +119,16 @@ impl fmt::Display for Dimension {
 #[serde(deny_unknown_fields)]
 pub struct Budget {
     /// Committed steps.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Quota::is_unlimited")]
     pub steps: Quota,
     /// Prepared effects.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Quota::is_unlimited")]
     pub effects: Quota,
     /// Mailbox entries.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Quota::is_unlimited")]
     pub signals: Quota,
     /// Named meters (e.g. `tokens`, `cost_micros`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub meters: BTreeMap<Name, Quota>,
 }
 
@@ -184,7 +189,8 @@ impl Budget {
     }
 }
 
-/// Bounds on one tree, fixed when the tree starts and recorded with it.
+/// Bounds on one tree, fixed when the tree starts and recorded with it
+/// (omitted from the record when they are the defaults).
 /// Hitting one is a definite, classified failure, never a hang.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -109,7 +109,8 @@ pub enum RecordBody {
         /// The host deadline, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         deadline: Option<Timestamp>,
-        /// The tree's limits.
+        /// The tree's limits (absent: the defaults).
+        #[serde(default, skip_serializing_if = "is_default_limits")]
         limits: TreeLimits,
         /// The state `Definition::start` produced (after a restore round trip).
         state: ExecutionState,
@@ -215,6 +216,10 @@ pub enum RecordBody {
         /// What was delivered.
         delivery: Delivery,
     },
+}
+
+fn is_default_limits(limits: &TreeLimits) -> bool {
+    *limits == TreeLimits::default()
 }
 
 /// What a control delivered to a child.

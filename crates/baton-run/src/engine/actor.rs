@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
@@ -33,7 +33,7 @@ use crate::store::{AcquireRequest, Acquired, Append, AppendOutcome, Lease, TreeL
 use super::state::{Phase, ProcessState, TreeState, ending_failure, signal_digest};
 use super::view::{Event, EventKind, TreeView};
 use super::{
-    ControlError, EngineInner, RecoverError, RuntimeError, SignalError, SignalReceipt,
+    ControlError, Door, EngineInner, RecoverError, RuntimeError, SignalError, SignalReceipt,
     SignalRequest, StartError, TreeOutcome, TreeShared, fold, owner_is_gone, panic_failure,
 };
 
@@ -100,8 +100,9 @@ enum After {
 struct Actor {
     engine: Arc<EngineInner>,
     /// Held for the task's life so the engine's weak entry for this tree
-    /// stays reachable by handles while the tree runs.
-    _shared: Arc<TreeShared>,
+    /// stays reachable by handles while the tree runs; its door is where
+    /// the task hibernates.
+    shared: Arc<TreeShared>,
     tree: TreeId,
     state: TreeState,
     programs: BTreeMap<ProcessId, Program>,
@@ -109,9 +110,9 @@ struct Actor {
     token: u64,
     head_seq: u64,
     head: Digest,
-    since_snapshot: u64,
-    bytes_since_snapshot: u64,
-    last_snapshot_bytes: u64,
+    snapshots: SnapshotPace,
+    /// Renew the lease first thing (set when woken from hibernation).
+    renew: bool,
     staged: Vec<RecordBody>,
     after: Vec<After>,
     in_flight: BTreeMap<EffectId, InFlight>,
@@ -334,7 +335,6 @@ pub(super) async fn resume(
 
 /// A shared record of a tree that has already finished.
 pub(super) fn finished(engine: &Arc<EngineInner>, state: &TreeState) -> Arc<TreeShared> {
-    let (commands, _) = mpsc::unbounded_channel();
     let root = &state.processes[&state.root];
     let (_, outcome) = watch::channel(TreeOutcome {
         terminations: state
@@ -351,7 +351,7 @@ pub(super) fn finished(engine: &Arc<EngineInner>, state: &TreeState) -> Arc<Tree
         scope: state.start.scope.clone(),
         program: root.program.digest,
         input: root.input,
-        commands,
+        door: Mutex::new(Door::Closed),
         outcome,
     });
     if let Ok(mut trees) = engine.trees.lock() {
@@ -375,6 +375,46 @@ fn spawn_with(
     executions: BTreeMap<ProcessId, Box<dyn Execution>>,
 ) -> Result<Arc<TreeShared>, RecoverError> {
     let tree = state.root;
+    let programs = programs_of(engine, &state)?;
+    let root = &state.processes[&tree];
+    let (outcome, outcome_receiver) = watch::channel(TreeOutcome::default());
+    let shared = Arc::new(TreeShared {
+        tree,
+        scope: state.start.scope.clone(),
+        program: root.program.digest,
+        input: root.input,
+        door: Mutex::new(Door::Closed),
+        outcome: outcome_receiver,
+    });
+    let sleeper = Sleeper {
+        state,
+        token,
+        head_seq,
+        head,
+        snapshots: SnapshotPace::default(),
+        outcome,
+        renew: false,
+    };
+    {
+        // Hold the door while the task starts, so it cannot hibernate before
+        // the door knows it is awake.
+        let mut door = shared.door.lock().map_err(|_| RecoverError::Corrupt {
+            tree,
+            message: "a tree's door lock was poisoned".into(),
+        })?;
+        *door = Door::Awake(launch_actor(engine, &shared, sleeper, programs, executions));
+    }
+    if let Ok(mut trees) = engine.trees.lock() {
+        trees.insert(tree, Arc::downgrade(&shared));
+    }
+    Ok(shared)
+}
+
+/// The program of every live process, from the registry.
+fn programs_of(
+    engine: &EngineInner,
+    state: &TreeState,
+) -> Result<BTreeMap<ProcessId, Program>, RecoverError> {
     let mut programs = BTreeMap::new();
     for (id, process) in &state.processes {
         if process.termination.is_some() {
@@ -382,26 +422,72 @@ fn spawn_with(
         }
         let program = engine.program(&process.program.digest).ok_or_else(|| {
             RecoverError::ProgramUnavailable {
-                tree,
+                tree: state.root,
                 name: process.program.name.to_string(),
                 digest: process.program.digest,
             }
         })?;
         programs.insert(*id, program);
     }
-    let root = &state.processes[&tree];
+    Ok(programs)
+}
+
+/// What a hibernating tree keeps: its committed state and its place in the
+/// log. Everything else is rebuilt when a command wakes it.
+pub(crate) struct Sleeper {
+    state: TreeState,
+    token: u64,
+    head_seq: u64,
+    head: Digest,
+    snapshots: SnapshotPace,
+    outcome: watch::Sender<TreeOutcome>,
+    /// Renew the lease before anything else (it was not renewed while asleep).
+    renew: bool,
+}
+
+impl Sleeper {
+    /// Tells the tree's handles it stopped without a result.
+    pub(super) fn close(self, error: RuntimeError) {
+        self.outcome.send_modify(|o| {
+            if o.stopped.is_none() {
+                o.stopped = Some(error);
+            }
+        });
+    }
+}
+
+/// When the next snapshot is due.
+#[derive(Clone, Copy, Debug, Default)]
+struct SnapshotPace {
+    records: u64,
+    bytes: u64,
+    last_size: u64,
+}
+
+/// Respawns the owner task of a hibernating tree.
+pub(super) fn wake(
+    engine: &Arc<EngineInner>,
+    shared: &Arc<TreeShared>,
+    sleeper: Sleeper,
+) -> mpsc::UnboundedSender<Box<Command>> {
+    // Every live program was registered when the tree went to sleep, and the
+    // registry only grows.
+    let programs = programs_of(engine, &sleeper.state).unwrap_or_default();
+    launch_actor(engine, shared, sleeper, programs, BTreeMap::new())
+}
+
+fn launch_actor(
+    engine: &Arc<EngineInner>,
+    shared: &Arc<TreeShared>,
+    sleeper: Sleeper,
+    programs: BTreeMap<ProcessId, Program>,
+    executions: BTreeMap<ProcessId, Box<dyn Execution>>,
+) -> mpsc::UnboundedSender<Box<Command>> {
+    let tree = sleeper.state.root;
     let (commands_sender, commands) = mpsc::unbounded_channel();
-    let (outcome, outcome_receiver) = watch::channel(TreeOutcome::default());
-    let shared = Arc::new(TreeShared {
-        tree,
-        scope: state.start.scope.clone(),
-        program: root.program.digest,
-        input: root.input,
-        commands: commands_sender,
-        outcome: outcome_receiver,
-    });
     let (completion_sender, completions) = mpsc::unbounded_channel();
-    let live = state
+    let live = sleeper
+        .state
         .processes
         .iter()
         .filter(|(_, p)| p.termination.is_none())
@@ -409,17 +495,16 @@ fn spawn_with(
         .collect();
     let actor = Actor {
         engine: engine.clone(),
-        _shared: shared.clone(),
+        shared: shared.clone(),
         tree,
-        state,
+        state: sleeper.state,
         programs,
         executions,
-        token,
-        head_seq,
-        head,
-        since_snapshot: 0,
-        bytes_since_snapshot: 0,
-        last_snapshot_bytes: 0,
+        token: sleeper.token,
+        head_seq: sleeper.head_seq,
+        head: sleeper.head,
+        snapshots: sleeper.snapshots,
+        renew: sleeper.renew,
         staged: Vec::new(),
         after: Vec::new(),
         in_flight: BTreeMap::new(),
@@ -430,11 +515,8 @@ fn spawn_with(
         commands,
         completions,
         completion_sender,
-        outcome,
+        outcome: sleeper.outcome,
     };
-    if let Ok(mut trees) = engine.trees.lock() {
-        trees.insert(tree, Arc::downgrade(&shared));
-    }
     let span = tracing::info_span!("tree", %tree);
     let task = tokio::spawn(actor.run().instrument(span));
     if let Ok(mut tasks) = engine.tasks.lock() {
@@ -444,11 +526,17 @@ fn spawn_with(
         }
         tasks.push(task.abort_handle());
     }
-    Ok(shared)
+    commands_sender
 }
 
 impl Actor {
     async fn run(mut self) {
+        if self.renew {
+            self.renew = false;
+            if !self.renew_lease().await {
+                return;
+            }
+        }
         loop {
             while let Ok(command) = self.commands.try_recv() {
                 if let Some(reply) = self.command(*command) {
@@ -474,6 +562,12 @@ impl Actor {
                 self.finish().await;
                 return;
             }
+            if self.idle() {
+                match self.hibernate() {
+                    None => return,
+                    Some(awake) => self = awake,
+                }
+            }
             let deadline = self.live_deadline();
             let renew_at = self.engine.clock.now().plus(self.engine.lease_ttl / 3);
             let clock = self.engine.clock.clone();
@@ -490,19 +584,69 @@ impl Actor {
                 Some(completion) = self.completions.recv() => self.complete(*completion),
                 () = clock.sleep_until(deadline.unwrap_or(Timestamp(u64::MAX))), if deadline.is_some() => {}
                 () = clock.sleep_until(renew_at) => {
-                    let until = self.engine.clock.now().plus(self.engine.lease_ttl);
-                    match self.engine.store.renew(self.tree, self.token, until).await {
-                        Ok(true) => {}
-                        Ok(false) => {
-                            let error = RuntimeError::Fenced { tree: self.tree, head_seq: self.head_seq };
-                            self.stop(error);
-                            return;
-                        }
-                        Err(error) => tracing::warn!(tree = %self.tree, %error, "lease renewal failed"),
+                    if !self.renew_lease().await {
+                        return;
                     }
                 }
             }
         }
+    }
+
+    /// Extends the lease; `false` (after stopping the tree) when another
+    /// writer holds it now.
+    async fn renew_lease(&mut self) -> bool {
+        let until = self.engine.clock.now().plus(self.engine.lease_ttl);
+        match self.engine.store.renew(self.tree, self.token, until).await {
+            Ok(true) => true,
+            Ok(false) => {
+                let error = RuntimeError::Fenced {
+                    tree: self.tree,
+                    head_seq: self.head_seq,
+                };
+                self.stop(error);
+                false
+            }
+            Err(error) => {
+                tracing::warn!(tree = %self.tree, %error, "lease renewal failed");
+                true
+            }
+        }
+    }
+
+    /// Nothing can happen in this tree without input from outside: nothing
+    /// staged or in flight, no deadline to watch, no pending replies.
+    fn idle(&self) -> bool {
+        self.engine.hibernate
+            && self.staged.is_empty()
+            && self.after.is_empty()
+            && self.inspects.is_empty()
+            && self.in_flight.is_empty()
+            && self.replay_allowed.is_empty()
+            && self.live_deadline().is_none()
+    }
+
+    /// Leaves the tree's state at its door so the task can end, unless a
+    /// command arrived meanwhile (then the actor is handed back).
+    fn hibernate(self) -> Option<Self> {
+        let shared = self.shared.clone();
+        let Ok(mut door) = shared.door.lock() else {
+            return Some(self);
+        };
+        // Commands are sent under the door's lock, so none can arrive once
+        // this check passes.
+        if !self.commands.is_empty() || !self.completions.is_empty() {
+            return Some(self);
+        }
+        *door = Door::Asleep(Box::new(Sleeper {
+            state: self.state,
+            token: self.token,
+            head_seq: self.head_seq,
+            head: self.head,
+            snapshots: self.snapshots,
+            outcome: self.outcome,
+            renew: true,
+        }));
+        None
     }
 
     fn done(&self) -> bool {
@@ -1584,16 +1728,16 @@ impl Actor {
         let first = self.head_seq + 1;
         self.head_seq = seq;
         self.head = prev;
-        self.since_snapshot += bodies.len() as u64;
-        self.bytes_since_snapshot += written;
+        self.snapshots.records += bodies.len() as u64;
+        self.snapshots.bytes += written;
         self.state.history_bytes += written;
         self.publish(first, &bodies);
         self.flush_after();
         // Snapshot after `snapshot_every` records, but never write more
         // snapshot bytes than log bytes since the last one: a large tree
         // then snapshots less often and its cost stays linear in the log.
-        if self.since_snapshot >= self.engine.snapshot_every
-            && self.bytes_since_snapshot >= self.last_snapshot_bytes
+        if self.snapshots.records >= self.engine.snapshot_every
+            && self.snapshots.bytes >= self.snapshots.last_size
         {
             self.snapshot().await?;
         }
@@ -1702,9 +1846,11 @@ impl Actor {
             .write_snapshot(self.tree, self.token, snapshot)
             .await;
         self.check_outcome(outcome)?;
-        self.since_snapshot = 0;
-        self.bytes_since_snapshot = 0;
-        self.last_snapshot_bytes = size;
+        self.snapshots = SnapshotPace {
+            records: 0,
+            bytes: 0,
+            last_size: size,
+        };
         Ok(())
     }
 
@@ -1834,11 +1980,19 @@ impl Actor {
         }
         // Pending replies are dropped: their callers read the stop reason.
         self.after.clear();
+        self.close_door();
     }
 
     async fn finish(&mut self) {
         let _ = self.engine.store.release(self.tree, self.token).await;
         self.outcome.send_modify(|o| o.finished = true);
+        self.close_door();
+    }
+
+    fn close_door(&self) {
+        if let Ok(mut door) = self.shared.door.lock() {
+            *door = Door::Closed;
+        }
     }
 
     async fn close(&mut self, reply: oneshot::Sender<()>) {

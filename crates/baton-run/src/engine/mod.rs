@@ -48,6 +48,9 @@ pub struct EngineConfig {
     pub event_capacity: usize,
     /// Limits given to every tree this engine starts (recorded with the tree).
     pub limits: TreeLimits,
+    /// Let idle trees (nothing in flight, no deadline) end their task and
+    /// wait for a command with only their state in memory.
+    pub hibernate: bool,
 }
 
 impl EngineConfig {
@@ -68,6 +71,7 @@ impl EngineConfig {
             snapshot_every: 512,
             event_capacity: 4096,
             limits: TreeLimits::default(),
+            hibernate: true,
         }
     }
 
@@ -460,8 +464,44 @@ pub(crate) struct TreeShared {
     scope: Scope,
     program: Digest,
     input: Digest,
-    commands: mpsc::UnboundedSender<Box<Command>>,
+    /// How commands reach the tree's owner task.
+    door: Mutex<Door>,
     outcome: watch::Receiver<TreeOutcome>,
+}
+
+/// The way into a tree's owner task. An idle tree hibernates: its task ends
+/// and its state waits here until a command wakes it.
+pub(crate) enum Door {
+    /// The owner task runs and reads this channel.
+    Awake(mpsc::UnboundedSender<Box<Command>>),
+    /// The tree waits for input with no task; a command respawns it.
+    Asleep(Box<actor::Sleeper>),
+    /// No owner task will run again (finished, stopped or closed).
+    Closed,
+}
+
+impl EngineInner {
+    /// Delivers a command to a tree, waking it if it hibernates; hands the
+    /// command back when no owner task will run again.
+    fn send(
+        self: &Arc<Self>,
+        shared: &Arc<TreeShared>,
+        command: Box<Command>,
+    ) -> Result<(), Box<Command>> {
+        let Ok(mut door) = shared.door.lock() else {
+            return Err(command);
+        };
+        if let Door::Asleep(_) = &*door {
+            let Door::Asleep(sleeper) = std::mem::replace(&mut *door, Door::Closed) else {
+                unreachable!("matched asleep just above")
+            };
+            *door = Door::Awake(actor::wake(self, shared, *sleeper));
+        }
+        match &*door {
+            Door::Awake(sender) => sender.send(command).map_err(|error| error.0),
+            _ => Err(command),
+        }
+    }
 }
 
 struct Registry {
@@ -491,6 +531,7 @@ pub(crate) struct EngineInner {
     max_steps_per_commit: usize,
     snapshot_every: u64,
     limits: TreeLimits,
+    hibernate: bool,
     trees: Mutex<BTreeMap<TreeId, Weak<TreeShared>>>,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     events: broadcast::Sender<Event>,
@@ -550,6 +591,28 @@ impl EngineInner {
         if let Ok(mut tasks) = self.tasks.lock() {
             for task in tasks.drain(..) {
                 task.abort();
+            }
+        }
+        // Hibernating trees have no task to abort: close their doors so
+        // their handles learn the engine is gone. Leases stay, as after a crash.
+        let trees: Vec<Arc<TreeShared>> = self
+            .trees
+            .lock()
+            .map(|trees| trees.values().filter_map(Weak::upgrade).collect())
+            .unwrap_or_default();
+        for shared in trees {
+            let sleeper = match shared.door.lock() {
+                Ok(mut door) => match std::mem::replace(&mut *door, Door::Closed) {
+                    Door::Asleep(sleeper) => Some(sleeper),
+                    other => {
+                        *door = other;
+                        None
+                    }
+                },
+                Err(_) => None,
+            };
+            if let Some(sleeper) = sleeper {
+                sleeper.close(RuntimeError::Closed { tree: shared.tree });
             }
         }
         if let Ok(mut owners) = LIVE_OWNERS.lock() {
@@ -652,6 +715,7 @@ impl Engine {
                 max_steps_per_commit: config.max_steps_per_commit.max(1),
                 snapshot_every: config.snapshot_every.max(1),
                 limits: config.limits,
+                hibernate: config.hibernate,
                 trees: Mutex::new(BTreeMap::new()),
                 tasks: Mutex::new(Vec::new()),
                 events,
@@ -836,9 +900,9 @@ impl Engine {
             .unwrap_or_default();
         for shared in trees {
             let (reply, done) = oneshot::channel();
-            if shared
-                .commands
-                .send(Box::new(Command::Close { reply }))
+            if self
+                .inner
+                .send(&shared, Box::new(Command::Close { reply }))
                 .is_ok()
             {
                 let _ = done.await;
@@ -1036,7 +1100,11 @@ impl<O> ProcessHandle<O> {
         terminated: impl FnOnce() -> E,
     ) -> Result<T, E> {
         let (reply, answer) = oneshot::channel();
-        if self.shared.commands.send(Box::new(make(reply))).is_err() {
+        if self
+            .engine
+            .send(&self.shared, Box::new(make(reply)))
+            .is_err()
+        {
             let outcome = self.shared.outcome.borrow();
             return Err(match &outcome.stopped {
                 Some(error) => error.clone().into(),
