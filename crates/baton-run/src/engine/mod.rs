@@ -1100,27 +1100,23 @@ impl<O> ProcessHandle<O> {
         terminated: impl FnOnce() -> E,
     ) -> Result<T, E> {
         let (reply, answer) = oneshot::channel();
-        if self
+        let sent = self
             .engine
             .send(&self.shared, Box::new(make(reply)))
-            .is_err()
-        {
-            let outcome = self.shared.outcome.borrow();
-            return Err(match &outcome.stopped {
-                Some(error) => error.clone().into(),
-                None if outcome.finished || outcome.terminations.contains_key(&self.process) => {
-                    terminated()
-                }
-                None => self.closed().into(),
-            });
+            .is_ok();
+        if sent && let Ok(result) = answer.await {
+            return result;
         }
-        match answer.await {
-            Ok(result) => result,
-            Err(_) => {
-                let stopped = self.shared.outcome.borrow().stopped.clone();
-                Err(stopped.unwrap_or_else(|| self.closed()).into())
+        // No owner task took the command (or it ended before answering):
+        // say why from what the tree published.
+        let outcome = self.shared.outcome.borrow();
+        Err(match &outcome.stopped {
+            Some(error) => error.clone().into(),
+            None if outcome.finished || outcome.terminations.contains_key(&self.process) => {
+                terminated()
             }
-        }
+            None => self.closed().into(),
+        })
     }
 
     async fn control(
