@@ -2,9 +2,10 @@
 //!
 //! Owns what every implementation of a kernel contract is checked with:
 //! [`definition_conformance`] for [`Definition`](baton_run::Definition)s, a [`ScriptedDispatcher`]
-//! that counts how often each effect id was dispatched, and a
+//! that counts how often each effect id was dispatched, a
 //! [`FaultStore`] that cuts a store before or after the n-th commit of a
-//! given record kind, as a crash would.
+//! given record kind, as a crash would, and [`store_conformance`], the suite
+//! every [`Store`](baton_run::Store) implementation calls from its tests.
 //!
 //! Depend on it from tests (`[dev-dependencies]`). It knows only `baton-run`;
 //! it knows nothing of particular strategies or store backends.
@@ -14,7 +15,9 @@
 mod conformance;
 mod dispatcher;
 mod fault;
+mod store;
 
 pub use conformance::{ConformanceCase, definition_conformance};
 pub use dispatcher::ScriptedDispatcher;
 pub use fault::{Cut, FaultStore};
+pub use store::store_conformance;

@@ -1,0 +1,678 @@
+//! The store's operations as SQL over one connection. Writes run inside the
+//! writer thread's group transaction; reads inside a reader transaction.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use baton_run::log::{Record, RecordKind, Snapshot};
+use baton_run::{
+    AcquireRequest, Acquired, Append, AppendOutcome, Digest, Lease, ListFilter, Scope, StoreError,
+    Timestamp, TreeId, TreeLoad, TreeMeta, TreeStatus,
+};
+use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
+
+use crate::chunk;
+
+/// Maps a SQLite failure to a storage error: damaged files are `Corrupt`,
+/// everything else (I/O, locks, full disks) `Unavailable`.
+pub(crate) fn storage(error: rusqlite::Error) -> StoreError {
+    match error.sqlite_error_code() {
+        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => {
+            StoreError::Corrupt(format!("sqlite: {error}"))
+        }
+        _ => StoreError::Unavailable(format!("sqlite: {error}")),
+    }
+}
+
+fn corrupt(what: impl Into<String>) -> StoreError {
+    StoreError::Corrupt(what.into())
+}
+
+/// SQLite integers are signed; values past `i64::MAX` (292 million years of
+/// milliseconds, or that many tokens) are stored as `i64::MAX`.
+fn int(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn uint(value: i64) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| corrupt(format!("negative stored integer {value}")))
+}
+
+fn digest(bytes: &[u8]) -> Result<Digest, StoreError> {
+    let array: [u8; 32] = bytes
+        .try_into()
+        .map_err(|_| corrupt(format!("stored digest of {} bytes", bytes.len())))?;
+    Ok(Digest::from_bytes(array))
+}
+
+fn parse_status(text: &str) -> Result<TreeStatus, StoreError> {
+    [
+        TreeStatus::Running,
+        TreeStatus::Waiting,
+        TreeStatus::NeedsAttention,
+        TreeStatus::Done,
+    ]
+    .into_iter()
+    .find(|status| status.as_str() == text)
+    .ok_or_else(|| corrupt(format!("unknown tree status {text:?}")))
+}
+
+fn parse_kind(text: &str) -> Result<RecordKind, StoreError> {
+    RecordKind::ALL
+        .into_iter()
+        .find(|kind| kind.as_str() == text)
+        .ok_or_else(|| corrupt(format!("unknown record kind {text:?}")))
+}
+
+/// A tree's row as the writer needs it.
+struct TreeRow {
+    key: i64,
+    lease_token: Option<i64>,
+    lease_owner: Option<String>,
+    lease_until: Option<i64>,
+    last_token: i64,
+    head_seq: u64,
+    head_hash: Digest,
+}
+
+fn tree_row(conn: &Connection, tree: TreeId) -> Result<Option<TreeRow>, StoreError> {
+    let mut statement = conn
+        .prepare_cached(
+            "SELECT key, lease_token, lease_owner, lease_until, last_token, head_seq, head_hash
+             FROM trees WHERE id = ?1",
+        )
+        .map_err(storage)?;
+    let row = statement
+        .query_row([tree.to_string()], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, Option<i64>>(1)?,
+                row.get::<_, Option<String>>(2)?,
+                row.get::<_, Option<i64>>(3)?,
+                row.get::<_, i64>(4)?,
+                row.get::<_, i64>(5)?,
+                row.get::<_, Vec<u8>>(6)?,
+            ))
+        })
+        .optional()
+        .map_err(storage)?;
+    let Some((key, lease_token, lease_owner, lease_until, last_token, head_seq, head_hash)) = row
+    else {
+        return Ok(None);
+    };
+    Ok(Some(TreeRow {
+        key,
+        lease_token,
+        lease_owner,
+        lease_until,
+        last_token,
+        head_seq: uint(head_seq)?,
+        head_hash: digest(&head_hash)?,
+    }))
+}
+
+/// How a body is stored: inline bytes, or a manifest of chunk ids.
+type Stored = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// Stores `bytes` inline or as chunks of tree `key`; returns `(body, chunks)`.
+fn encode(conn: &Connection, key: i64, bytes: &[u8]) -> Result<Stored, StoreError> {
+    if bytes.len() <= chunk::INLINE_MAX {
+        return Ok((Some(bytes.to_vec()), None));
+    }
+    let mut find = conn
+        .prepare_cached("SELECT id FROM chunks WHERE tree = ?1 AND digest = ?2")
+        .map_err(storage)?;
+    let mut insert = conn
+        .prepare_cached("INSERT INTO chunks (tree, digest, bytes) VALUES (?1, ?2, ?3)")
+        .map_err(storage)?;
+    let mut manifest = Vec::new();
+    for piece in chunk::split(bytes) {
+        let digest = chunk::digest(piece);
+        let found: Option<i64> = find
+            .query_row(params![key, &digest[..]], |row| row.get(0))
+            .optional()
+            .map_err(storage)?;
+        let id = match found {
+            Some(id) => id,
+            None => {
+                insert
+                    .execute(params![key, &digest[..], piece])
+                    .map_err(storage)?;
+                conn.last_insert_rowid()
+            }
+        };
+        chunk::put_varint(&mut manifest, uint(id)?);
+    }
+    Ok((None, Some(manifest)))
+}
+
+/// Reassembles bytes stored by [`encode`].
+fn decode(
+    conn: &Connection,
+    key: i64,
+    body: Option<Vec<u8>>,
+    chunks: Option<Vec<u8>>,
+    what: &dyn Fn() -> String,
+) -> Result<Vec<u8>, StoreError> {
+    match (body, chunks) {
+        (Some(body), None) => Ok(body),
+        (None, Some(manifest)) => {
+            let ids = chunk::read_varints(&manifest)
+                .ok_or_else(|| corrupt(format!("{}: malformed chunk manifest", what())))?;
+            let mut fetch = conn
+                .prepare_cached("SELECT bytes FROM chunks WHERE id = ?1 AND tree = ?2")
+                .map_err(storage)?;
+            let mut bytes = Vec::with_capacity(ids.len() * 2560);
+            for id in ids {
+                let piece: Option<Vec<u8>> = fetch
+                    .query_row(params![int(id), key], |row| row.get(0))
+                    .optional()
+                    .map_err(storage)?;
+                let piece =
+                    piece.ok_or_else(|| corrupt(format!("{}: missing chunk {id}", what())))?;
+                bytes.extend_from_slice(&piece);
+            }
+            Ok(bytes)
+        }
+        _ => Err(corrupt(format!(
+            "{}: neither an inline body nor a chunk manifest",
+            what()
+        ))),
+    }
+}
+
+/// Chunk ids a manifest references.
+fn manifest_ids(manifest: Option<Vec<u8>>, into: &mut BTreeSet<i64>) -> Result<(), StoreError> {
+    if let Some(manifest) = manifest {
+        let ids =
+            chunk::read_varints(&manifest).ok_or_else(|| corrupt("malformed chunk manifest"))?;
+        into.extend(ids.into_iter().map(int));
+    }
+    Ok(())
+}
+
+fn meta_of(
+    tree: TreeId,
+    scope: Option<String>,
+    status: Option<String>,
+    updated: Option<i64>,
+) -> Result<Option<TreeMeta>, StoreError> {
+    let (Some(scope), Some(status), Some(updated)) = (scope, status, updated) else {
+        return Ok(None);
+    };
+    Ok(Some(TreeMeta {
+        tree,
+        scope: Scope::new(&scope).map_err(|error| corrupt(error.to_string()))?,
+        status: parse_status(&status)?,
+        updated: Timestamp(uint(updated)?),
+    }))
+}
+
+/// Reads a tree: metadata, latest snapshot and the records after it.
+pub(crate) fn load(conn: &Connection, tree: TreeId) -> Result<TreeLoad, StoreError> {
+    let row = conn
+        .prepare_cached("SELECT key, scope, status, updated FROM trees WHERE id = ?1")
+        .map_err(storage)?
+        .query_row([tree.to_string()], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, Option<String>>(1)?,
+                row.get::<_, Option<String>>(2)?,
+                row.get::<_, Option<i64>>(3)?,
+            ))
+        })
+        .optional()
+        .map_err(storage)?;
+    let Some((key, scope, status, updated)) = row else {
+        return Ok(TreeLoad::default());
+    };
+    let meta = meta_of(tree, scope, status, updated)?;
+    let snapshot = read_snapshot(conn, tree, key)?;
+    let after = snapshot.as_ref().map_or(0, |s| s.seq);
+    let records = read_records(conn, tree, key, after)?;
+    Ok(TreeLoad {
+        meta,
+        snapshot,
+        records,
+    })
+}
+
+fn read_snapshot(
+    conn: &Connection,
+    tree: TreeId,
+    key: i64,
+) -> Result<Option<Snapshot>, StoreError> {
+    let row = conn
+        .prepare_cached("SELECT seq, head, digest, body, chunks FROM snapshots WHERE tree = ?1")
+        .map_err(storage)?
+        .query_row([key], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, Vec<u8>>(1)?,
+                row.get::<_, Vec<u8>>(2)?,
+                row.get::<_, Option<Vec<u8>>>(3)?,
+                row.get::<_, Option<Vec<u8>>>(4)?,
+            ))
+        })
+        .optional()
+        .map_err(storage)?;
+    let Some((seq, head, expected, body, chunks)) = row else {
+        return Ok(None);
+    };
+    let what = || format!("snapshot of tree {tree} at {seq}");
+    let state = decode(conn, key, body, chunks, &what)?;
+    if chunk::state_digest(&state)[..] != expected[..] {
+        return Err(corrupt(format!(
+            "{}: state does not match its digest",
+            what()
+        )));
+    }
+    Ok(Some(Snapshot {
+        seq: uint(seq)?,
+        head: digest(&head)?,
+        state: state.into(),
+    }))
+}
+
+fn read_records(
+    conn: &Connection,
+    tree: TreeId,
+    key: i64,
+    after: u64,
+) -> Result<Vec<Record>, StoreError> {
+    let mut statement = conn
+        .prepare_cached(
+            "SELECT seq, prev, hash, kind, body, chunks FROM records
+             WHERE tree = ?1 AND seq > ?2 ORDER BY seq",
+        )
+        .map_err(storage)?;
+    let rows = statement
+        .query_map(params![key, int(after)], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, Vec<u8>>(1)?,
+                row.get::<_, Vec<u8>>(2)?,
+                row.get::<_, String>(3)?,
+                row.get::<_, Option<Vec<u8>>>(4)?,
+                row.get::<_, Option<Vec<u8>>>(5)?,
+            ))
+        })
+        .map_err(storage)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(storage)?;
+    rows.into_iter()
+        .map(|(seq, prev, hash, kind, body, chunks)| {
+            let what = || format!("record {seq} of tree {tree}");
+            let body = decode(conn, key, body, chunks, &what)?;
+            // The stored hash is returned as stored: `verify` recomputes it
+            // from the body, so any edit shows at exactly this record.
+            Ok(Record {
+                seq: uint(seq)?,
+                prev: digest(&prev)?,
+                hash: digest(&hash)?,
+                kind: parse_kind(&kind)?,
+                body: Arc::from(body),
+            })
+        })
+        .collect()
+}
+
+/// Every stored record of a tree (those after the snapshot when compacted).
+pub(crate) fn history(conn: &Connection, tree: TreeId) -> Result<Vec<Record>, StoreError> {
+    let key: Option<i64> = conn
+        .prepare_cached("SELECT key FROM trees WHERE id = ?1")
+        .map_err(storage)?
+        .query_row([tree.to_string()], |row| row.get(0))
+        .optional()
+        .map_err(storage)?;
+    match key {
+        Some(key) => read_records(conn, tree, key, 0),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// Lists trees with committed records, sorted by tree id.
+pub(crate) fn list(conn: &Connection, filter: &ListFilter) -> Result<Vec<TreeMeta>, StoreError> {
+    // One statement per filter shape, so each can use its index.
+    let (sql, status, scope) = match (&filter.status, &filter.scope) {
+        (None, None) => (
+            "SELECT id, scope, status, updated FROM trees WHERE scope IS NOT NULL ORDER BY id",
+            None,
+            None,
+        ),
+        (Some(status), None) => (
+            "SELECT id, scope, status, updated FROM trees WHERE status = :status ORDER BY id",
+            Some(status.as_str()),
+            None,
+        ),
+        (None, Some(scope)) => (
+            "SELECT id, scope, status, updated FROM trees WHERE scope = :scope ORDER BY id",
+            None,
+            Some(scope.as_str()),
+        ),
+        (Some(status), Some(scope)) => (
+            "SELECT id, scope, status, updated FROM trees WHERE status = :status AND scope = :scope ORDER BY id",
+            Some(status.as_str()),
+            Some(scope.as_str()),
+        ),
+    };
+    let mut statement = conn.prepare_cached(sql).map_err(storage)?;
+    let mut bind = Vec::<(&str, &dyn rusqlite::ToSql)>::new();
+    let status_param = status.unwrap_or_default();
+    let scope_param = scope.unwrap_or_default();
+    if status.is_some() {
+        bind.push((":status", &status_param));
+    }
+    if scope.is_some() {
+        bind.push((":scope", &scope_param));
+    }
+    let rows = statement
+        .query_map(bind.as_slice(), |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, Option<String>>(1)?,
+                row.get::<_, Option<String>>(2)?,
+                row.get::<_, Option<i64>>(3)?,
+            ))
+        })
+        .map_err(storage)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(storage)?;
+    let mut metas = Vec::with_capacity(rows.len());
+    for (id, scope, status, updated) in rows {
+        let tree: TreeId = id
+            .parse()
+            .map_err(|error: baton_run::IdError| corrupt(error.to_string()))?;
+        if let Some(meta) = meta_of(tree, scope, status, updated)? {
+            metas.push(meta);
+        }
+    }
+    // Text order of `p_<hex>` ids is byte order; sort anyway so the
+    // contract does not hang on that.
+    metas.sort_by_key(|meta| meta.tree);
+    Ok(metas)
+}
+
+/// Grants the writer lease of a tree (creating its row) or reports the
+/// live lease of someone else.
+pub(crate) fn acquire(conn: &Connection, request: &AcquireRequest) -> Result<Acquired, StoreError> {
+    let row = match tree_row(conn, request.tree)? {
+        Some(row) => row,
+        None => {
+            conn.prepare_cached(
+                "INSERT INTO trees (id, last_token, head_seq, head_hash) VALUES (?1, 0, 0, ?2)",
+            )
+            .map_err(storage)?
+            .execute(params![
+                request.tree.to_string(),
+                &Digest::ZERO.as_bytes()[..]
+            ])
+            .map_err(storage)?;
+            tree_row(conn, request.tree)?
+                .ok_or_else(|| StoreError::Unavailable("a tree row vanished".into()))?
+        }
+    };
+    if let (Some(_), Some(owner), Some(until)) =
+        (row.lease_token, &row.lease_owner, row.lease_until)
+        && until > int(request.now.0)
+        && owner != &request.owner
+        && !request.force
+    {
+        return Ok(Acquired::LeaseHeld {
+            owner: owner.clone(),
+            until: Timestamp(uint(until)?),
+        });
+    }
+    let token = row.last_token + 1;
+    let until = request.now.plus(request.ttl);
+    conn.prepare_cached(
+        "UPDATE trees SET last_token = ?1, lease_token = ?1, lease_owner = ?2, lease_until = ?3
+         WHERE key = ?4",
+    )
+    .map_err(storage)?
+    .execute(params![token, &request.owner, int(until.0), row.key])
+    .map_err(storage)?;
+    Ok(Acquired::Granted {
+        lease: Lease {
+            token: uint(token)?,
+            owner: request.owner.clone(),
+            until,
+        },
+        load: load(conn, request.tree)?,
+    })
+}
+
+fn stored_hash(conn: &Connection, key: i64, seq: u64) -> Result<Option<Digest>, StoreError> {
+    let hash: Option<Vec<u8>> = conn
+        .prepare_cached("SELECT hash FROM records WHERE tree = ?1 AND seq = ?2")
+        .map_err(storage)?
+        .query_row(params![key, int(seq)], |row| row.get(0))
+        .optional()
+        .map_err(storage)?;
+    hash.map(|hash| digest(&hash)).transpose()
+}
+
+/// One append: compare-and-swap on the expected head and the fencing token.
+pub(crate) fn append(conn: &Connection, append: &Append) -> Result<AppendOutcome, StoreError> {
+    let Some(row) = tree_row(conn, append.tree)? else {
+        return Ok(AppendOutcome::Fenced);
+    };
+    if row.lease_token != Some(int(append.token)) {
+        return Ok(AppendOutcome::Fenced);
+    }
+    let head = row.head_seq;
+    let (head_seq, head_hash) = match (append.records.first(), append.records.last()) {
+        (Some(first), Some(last)) => {
+            let Some(expected) = first.seq.checked_sub(1) else {
+                return Ok(AppendOutcome::Conflict { head });
+            };
+            if expected < head {
+                // An identical retry of an acknowledged append is a
+                // duplicate; anything else at a committed sequence conflicts.
+                for record in &append.records {
+                    if stored_hash(conn, row.key, record.seq)? != Some(record.hash) {
+                        return Ok(AppendOutcome::Conflict { head });
+                    }
+                }
+                return Ok(AppendOutcome::Duplicate);
+            }
+            if expected > head || first.prev != row.head_hash {
+                return Ok(AppendOutcome::Conflict { head });
+            }
+            let mut insert = conn
+                .prepare_cached(
+                    "INSERT INTO records (tree, seq, kind, prev, hash, body, chunks)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                )
+                .map_err(storage)?;
+            for record in &append.records {
+                let (body, chunks) = encode(conn, row.key, &record.body)?;
+                insert
+                    .execute(params![
+                        row.key,
+                        int(record.seq),
+                        record.kind.as_str(),
+                        &record.prev.as_bytes()[..],
+                        &record.hash.as_bytes()[..],
+                        body,
+                        chunks
+                    ])
+                    .map_err(storage)?;
+            }
+            (last.seq, last.hash)
+        }
+        _ => (row.head_seq, row.head_hash),
+    };
+    conn.prepare_cached(
+        "UPDATE trees SET scope = ?1, status = ?2, updated = ?3, head_seq = ?4, head_hash = ?5
+         WHERE key = ?6",
+    )
+    .map_err(storage)?
+    .execute(params![
+        append.meta.scope.as_str(),
+        append.meta.status.as_str(),
+        int(append.meta.updated.0),
+        int(head_seq),
+        &head_hash.as_bytes()[..],
+        row.key
+    ])
+    .map_err(storage)?;
+    Ok(AppendOutcome::Committed)
+}
+
+/// Stores a snapshot and, when `compact`, deletes the records it covers and
+/// the chunks nothing references any more.
+pub(crate) fn write_snapshot(
+    conn: &Connection,
+    tree: TreeId,
+    token: u64,
+    snapshot: &Snapshot,
+    compact: bool,
+) -> Result<AppendOutcome, StoreError> {
+    let Some(row) = tree_row(conn, tree)? else {
+        return Ok(AppendOutcome::Fenced);
+    };
+    if row.lease_token != Some(int(token)) {
+        return Ok(AppendOutcome::Fenced);
+    }
+    let head = row.head_seq;
+    let previous = conn
+        .prepare_cached("SELECT seq, head FROM snapshots WHERE tree = ?1")
+        .map_err(storage)?
+        .query_row([row.key], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
+        })
+        .optional()
+        .map_err(storage)?;
+    let previous = match previous {
+        Some((seq, hash)) => Some((uint(seq)?, digest(&hash)?)),
+        None => None,
+    };
+    // The hash of the record the snapshot covers, wherever it is still known.
+    let covered = if snapshot.seq == head {
+        Some(row.head_hash)
+    } else if let Some((_, hash)) = previous.filter(|(seq, _)| *seq == snapshot.seq) {
+        Some(hash)
+    } else {
+        stored_hash(conn, row.key, snapshot.seq)?
+    };
+    // The snapshot must name a point of this chain: not past the head, not
+    // behind the current snapshot, and matching the record it covers.
+    let behind = previous.is_some_and(|(seq, _)| snapshot.seq < seq);
+    if snapshot.seq > head || behind || covered != Some(snapshot.head) {
+        return Ok(AppendOutcome::Conflict { head });
+    }
+    let (body, chunks) = encode(conn, row.key, &snapshot.state)?;
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO snapshots (tree, seq, head, digest, body, chunks)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )
+    .map_err(storage)?
+    .execute(params![
+        row.key,
+        int(snapshot.seq),
+        &snapshot.head.as_bytes()[..],
+        &chunk::state_digest(&snapshot.state)[..],
+        body,
+        chunks
+    ])
+    .map_err(storage)?;
+    if compact {
+        conn.prepare_cached("DELETE FROM records WHERE tree = ?1 AND seq <= ?2")
+            .map_err(storage)?
+            .execute(params![row.key, int(snapshot.seq)])
+            .map_err(storage)?;
+        collect_chunks(conn, row.key)?;
+    }
+    Ok(AppendOutcome::Committed)
+}
+
+/// Deletes the chunks of a tree that neither a stored record nor the
+/// snapshot references. Chunks are scoped to their tree, so this reads only
+/// that tree's manifests (after compaction: the records since the snapshot).
+fn collect_chunks(conn: &Connection, key: i64) -> Result<(), StoreError> {
+    let mut live = BTreeSet::new();
+    let manifests = conn
+        .prepare_cached(
+            "SELECT chunks FROM records WHERE tree = ?1 AND chunks IS NOT NULL
+             UNION ALL SELECT chunks FROM snapshots WHERE tree = ?1 AND chunks IS NOT NULL",
+        )
+        .map_err(storage)?
+        .query_map([key], |row| row.get::<_, Vec<u8>>(0))
+        .map_err(storage)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(storage)?;
+    for manifest in manifests {
+        manifest_ids(Some(manifest), &mut live)?;
+    }
+    let stored = conn
+        .prepare_cached("SELECT id FROM chunks WHERE tree = ?1")
+        .map_err(storage)?
+        .query_map([key], |row| row.get::<_, i64>(0))
+        .map_err(storage)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(storage)?;
+    let mut delete = conn
+        .prepare_cached("DELETE FROM chunks WHERE id = ?1")
+        .map_err(storage)?;
+    for id in stored.into_iter().filter(|id| !live.contains(id)) {
+        delete.execute([id]).map_err(storage)?;
+    }
+    Ok(())
+}
+
+/// Extends a lease; `false` if the token is no longer current.
+pub(crate) fn renew(
+    conn: &Connection,
+    tree: TreeId,
+    token: u64,
+    until: Timestamp,
+) -> Result<bool, StoreError> {
+    let changed = conn
+        .prepare_cached("UPDATE trees SET lease_until = ?1 WHERE id = ?2 AND lease_token = ?3")
+        .map_err(storage)?
+        .execute(params![int(until.0), tree.to_string(), int(token)])
+        .map_err(storage)?;
+    Ok(changed == 1)
+}
+
+/// Gives up a lease (no-op if the token is not current).
+pub(crate) fn release(conn: &Connection, tree: TreeId, token: u64) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "UPDATE trees SET lease_token = NULL, lease_owner = NULL, lease_until = NULL
+         WHERE id = ?1 AND lease_token = ?2",
+    )
+    .map_err(storage)?
+    .execute(params![tree.to_string(), int(token)])
+    .map_err(storage)?;
+    Ok(())
+}
+
+/// Deletes `done` trees last updated before `older_than`, with their
+/// records, snapshots and chunks. Returns how many trees were removed.
+pub(crate) fn prune(conn: &Connection, older_than: Timestamp) -> Result<usize, StoreError> {
+    let keys = conn
+        .prepare_cached("SELECT key FROM trees WHERE status = ?1 AND updated < ?2")
+        .map_err(storage)?
+        .query_map(
+            params![TreeStatus::Done.as_str(), int(older_than.0)],
+            |row| row.get::<_, i64>(0),
+        )
+        .map_err(storage)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(storage)?;
+    for key in &keys {
+        for sql in [
+            "DELETE FROM records WHERE tree = ?1",
+            "DELETE FROM snapshots WHERE tree = ?1",
+            "DELETE FROM chunks WHERE tree = ?1",
+            "DELETE FROM trees WHERE key = ?1",
+        ] {
+            conn.prepare_cached(sql)
+                .map_err(storage)?
+                .execute([key])
+                .map_err(storage)?;
+        }
+    }
+    Ok(keys.len())
+}

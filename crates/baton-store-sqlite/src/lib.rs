@@ -1,0 +1,604 @@
+//! # baton-store-sqlite: the embedded durable Baton store
+//!
+//! Owns [`SqliteStore`], the default durable implementation of the kernel's
+//! [`Store`] contract: every tree's hash-chained log, its latest snapshot,
+//! its writer lease and fencing token, in one SQLite database file. The file
+//! is the authority: what an append acknowledges survives `kill -9` and a
+//! power cut.
+//!
+//! Depend on it through the facade (`baton::store::sqlite`, feature
+//! `sqlite`, on by default), or directly when writing tools around a store.
+//! It depends only on `baton-run`; it knows nothing of programs, teams,
+//! workflows or models — record bodies are opaque bytes to it, and it never
+//! decodes them.
+//!
+//! ## How it works
+//!
+//! - **Durability.** The database runs in WAL mode with
+//!   `synchronous = FULL`: a commit returns only after its WAL frames are
+//!   fsynced.
+//! - **One writer thread, group commit.** Every write (acquire, append,
+//!   snapshot, renew, release, prune) is queued to one dedicated thread that
+//!   drains the queue and applies everything waiting — appends of many trees
+//!   from many engines' tasks — in one transaction with one fsync, then
+//!   answers each caller with its own outcome through a oneshot channel. The
+//!   more trees commit concurrently, the more commits share an fsync. If a
+//!   group fails, its operations are retried one per transaction, so one
+//!   bad operation cannot fail its neighbours.
+//! - **Reads** (`load`, `list`, [`SqliteStore::records`]) run on a second
+//!   thread with its own connection, each in a read transaction, so they
+//!   see a consistent committed state and never wait for an fsync. A read
+//!   issued after a write was acknowledged sees that write.
+//! - **Compare-and-swap and fencing** exactly as `MemoryStore`: an append
+//!   is `Fenced` unless its token is the current lease's, a `Duplicate` if
+//!   its records are exactly the committed ones at those sequences, and a
+//!   `Conflict` if it does not extend the head.
+//! - **Content-addressed chunks.** A body or snapshot state longer than
+//!   4 KiB is cut into content-defined pieces (about 2.5 KiB on average) by
+//!   a rolling hash; each piece is stored once per tree under its blake3
+//!   digest and the row keeps a manifest of piece ids. Unchanged parts of a
+//!   large state are therefore stored once, whichever record or snapshot
+//!   repeats them, and a step that edits a few bytes of a 250 KB state
+//!   writes the one or two pieces around the edit plus a manifest. Pieces
+//!   are scoped to their tree so compaction and pruning collect them by
+//!   reading one tree only. Reassembly is a concatenation, so the bytes
+//!   read are exactly the bytes hashed into the chain; `verify` checks it.
+//! - **Snapshots and compaction.** [`SqliteConfig::compact`] (default on)
+//!   deletes the records a snapshot covers and the pieces nothing
+//!   references any more; the snapshot keeps the chain head it covers, so
+//!   the remaining log verifies from it. Snapshot states carry their own
+//!   digest, checked on read. When to snapshot is the engine's choice
+//!   (`EngineConfig::snapshot_every` and its byte rule).
+//! - **Schema** is versioned with `PRAGMA user_version` and marked with an
+//!   `application_id`; migrations are owned here. A file of a newer
+//!   schema, a database of another application or a file that is not a
+//!   database is refused with an [`OpenError`] before anything is written.
+//!
+//! No cargo features.
+
+mod chunk;
+mod db;
+mod schema;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use baton_run::log::{Record, Snapshot};
+use baton_run::{
+    AcquireRequest, Acquired, Append, AppendOutcome, BoxFuture, ListFilter, Store, StoreError,
+    Timestamp, TreeId, TreeLoad, TreeMeta,
+};
+use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
+use tokio::sync::oneshot;
+
+/// The schema version this build reads and writes.
+pub const SCHEMA_VERSION: i64 = schema::CURRENT;
+
+/// How a [`SqliteStore`] is opened.
+#[derive(Clone, Debug)]
+pub struct SqliteConfig {
+    /// Delete the records a snapshot covers (and the chunks only they
+    /// referenced). Off keeps the whole history for audit.
+    pub compact: bool,
+    /// The most operations one group commit applies.
+    pub max_batch: usize,
+    /// How long a statement waits for a lock held by another process before
+    /// it fails.
+    pub busy_timeout: Duration,
+}
+
+impl Default for SqliteConfig {
+    /// Compaction on, up to 4096 operations per group commit, 5 s busy timeout.
+    fn default() -> SqliteConfig {
+        SqliteConfig {
+            compact: true,
+            max_batch: 4096,
+            busy_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why a database could not be opened. The file is left as it was.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The path cannot hold a database (its parent is missing or is not a
+    /// directory, or the path is a directory).
+    #[error("cannot use {}: {reason}", path.display())]
+    Path {
+        /// The path.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The file is not a SQLite database, or is damaged.
+    #[error("{} is not a SQLite database or is corrupt: {message}", path.display())]
+    NotADatabase {
+        /// The path.
+        path: PathBuf,
+        /// SQLite's diagnosis.
+        message: String,
+    },
+    /// The file is a SQLite database of another application.
+    #[error("{} is a SQLite database but not a Baton store", path.display())]
+    Foreign {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The file was written by a newer Baton with a schema this build does
+    /// not know.
+    #[error(
+        "{} has store schema version {found}, newer than version {supported} of this build",
+        path.display()
+    )]
+    NewerSchema {
+        /// The path.
+        path: PathBuf,
+        /// The file's schema version.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
+    /// SQLite refused another way (permissions, locks, I/O).
+    #[error("cannot open {}: {message}", path.display())]
+    Sqlite {
+        /// The path.
+        path: PathBuf,
+        /// SQLite's message.
+        message: String,
+    },
+    /// A store thread could not be started.
+    #[error("cannot start a store thread: {0}")]
+    Thread(String),
+}
+
+impl From<OpenError> for StoreError {
+    fn from(error: OpenError) -> StoreError {
+        match error {
+            OpenError::NotADatabase { .. } => StoreError::Corrupt(error.to_string()),
+            other => StoreError::Unavailable(other.to_string()),
+        }
+    }
+}
+
+type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
+
+/// A write, applied by the writer thread inside a group transaction.
+enum Write {
+    Acquire(AcquireRequest, Reply<Acquired>),
+    Append(Vec<Append>, Reply<Vec<AppendOutcome>>),
+    Snapshot(TreeId, u64, Snapshot, Reply<AppendOutcome>),
+    Renew(TreeId, u64, Timestamp, Reply<bool>),
+    Release(TreeId, u64, Reply<()>),
+    Prune(Timestamp, Reply<usize>),
+}
+
+/// What a write produced, sent only once its transaction committed.
+enum Written {
+    Acquired(Acquired),
+    Appended(Vec<AppendOutcome>),
+    Snapshot(AppendOutcome),
+    Renewed(bool),
+    Released,
+    Pruned(usize),
+}
+
+/// A read, answered by the reader thread.
+enum Read {
+    Load(TreeId, Reply<TreeLoad>),
+    List(ListFilter, Reply<Vec<TreeMeta>>),
+    History(TreeId, Reply<Vec<Record>>),
+}
+
+struct Inner {
+    path: PathBuf,
+    writes: Option<mpsc::Sender<Write>>,
+    reads: Option<mpsc::Sender<Read>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Closing the queues lets each thread finish what is queued, close
+        // its connection (the last close checkpoints the WAL) and exit.
+        self.writes.take();
+        self.reads.take();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The embedded durable store: one SQLite file, WAL, durable group commits.
+/// Cloning shares the same database threads; the threads stop when the
+/// last clone is dropped.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}
+
+fn stopped() -> StoreError {
+    StoreError::Unavailable("sqlite store threads have stopped".into())
+}
+
+impl SqliteStore {
+    /// Opens (creating if absent) the store at `path` with the default
+    /// configuration.
+    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, OpenError> {
+        SqliteStore::open_with(path, SqliteConfig::default())
+    }
+
+    /// Opens (creating if absent) the store at `path`.
+    ///
+    /// Nothing is written before the file is known to be a Baton store of a
+    /// schema this build understands (or a new, empty file).
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        config: SqliteConfig,
+    ) -> Result<SqliteStore, OpenError> {
+        let path = path.as_ref().to_path_buf();
+        check_path(&path)?;
+        let sqlite = |error: rusqlite::Error| open_error(&path, error);
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut writer = Connection::open_with_flags(&path, flags).map_err(sqlite)?;
+        writer.busy_timeout(config.busy_timeout).map_err(sqlite)?;
+        match schema::inspect(&writer).map_err(sqlite)? {
+            schema::Found::Foreign => return Err(OpenError::Foreign { path }),
+            schema::Found::Store(found) if found > schema::CURRENT => {
+                return Err(OpenError::NewerSchema {
+                    path,
+                    found,
+                    supported: schema::CURRENT,
+                });
+            }
+            schema::Found::Store(found) => {
+                let mode = schema::enable_wal(&writer).map_err(sqlite)?;
+                if !mode.is_some_and(|mode| mode.eq_ignore_ascii_case("wal")) {
+                    return Err(OpenError::Sqlite {
+                        path,
+                        message: "the database refused WAL mode".into(),
+                    });
+                }
+                writer
+                    .pragma_update(None, "synchronous", "FULL")
+                    .map_err(sqlite)?;
+                schema::migrate(&mut writer, found).map_err(sqlite)?;
+            }
+        }
+        let mut reader = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(sqlite)?;
+        reader.busy_timeout(config.busy_timeout).map_err(sqlite)?;
+        reader
+            .pragma_update(None, "query_only", true)
+            .map_err(sqlite)?;
+
+        let (writes, write_queue) = mpsc::channel();
+        let (reads, read_queue) = mpsc::channel();
+        let spawn = |name: &str, run: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name.to_owned())
+                .spawn(run)
+                .map_err(|error| OpenError::Thread(error.to_string()))
+        };
+        let max_batch = config.max_batch.max(1);
+        let compact = config.compact;
+        let write_thread = spawn(
+            "baton-sqlite-writer",
+            Box::new(move || write_loop(&mut writer, &write_queue, max_batch, compact)),
+        )?;
+        let read_thread = spawn(
+            "baton-sqlite-reader",
+            Box::new(move || read_loop(&mut reader, &read_queue)),
+        )?;
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                path,
+                writes: Some(writes),
+                reads: Some(reads),
+                threads: vec![write_thread, read_thread],
+            }),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    fn write<T: Send + 'static>(
+        &self,
+        make: impl FnOnce(Reply<T>) -> Write,
+    ) -> BoxFuture<'static, Result<T, StoreError>> {
+        let (reply, answer) = oneshot::channel();
+        let sent = self
+            .inner
+            .writes
+            .as_ref()
+            .is_some_and(|queue| queue.send(make(reply)).is_ok());
+        Box::pin(async move {
+            if !sent {
+                return Err(stopped());
+            }
+            answer.await.unwrap_or_else(|_| Err(stopped()))
+        })
+    }
+
+    fn read<T: Send + 'static>(
+        &self,
+        make: impl FnOnce(Reply<T>) -> Read,
+    ) -> BoxFuture<'static, Result<T, StoreError>> {
+        let (reply, answer) = oneshot::channel();
+        let sent = self
+            .inner
+            .reads
+            .as_ref()
+            .is_some_and(|queue| queue.send(make(reply)).is_ok());
+        Box::pin(async move {
+            if !sent {
+                return Err(stopped());
+            }
+            answer.await.unwrap_or_else(|_| Err(stopped()))
+        })
+    }
+
+    /// Every stored record of `tree` in order: its whole history when
+    /// compaction is off, otherwise the records after its snapshot. For
+    /// audit tools and tests.
+    pub fn records(&self, tree: TreeId) -> BoxFuture<'static, Result<Vec<Record>, StoreError>> {
+        self.read(|reply| Read::History(tree, reply))
+    }
+
+    /// Deletes trees whose status is `done` and whose last append is older
+    /// than `older_than` (engine clock), with their records, snapshots and
+    /// chunks. Returns how many trees were removed. Unfinished trees are
+    /// never pruned.
+    pub fn prune(&self, older_than: Timestamp) -> BoxFuture<'static, Result<usize, StoreError>> {
+        self.write(|reply| Write::Prune(older_than, reply))
+    }
+}
+
+/// Refuses paths that cannot hold a database, with a clear reason, before
+/// SQLite is asked.
+fn check_path(path: &Path) -> Result<(), OpenError> {
+    let refuse = |reason: &str| OpenError::Path {
+        path: path.to_path_buf(),
+        reason: reason.to_owned(),
+    };
+    if path.is_dir() {
+        return Err(refuse("it is a directory"));
+    }
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    match std::fs::metadata(parent) {
+        Ok(metadata) if metadata.is_dir() => Ok(()),
+        Ok(_) => Err(refuse("its parent is not a directory")),
+        Err(error) => Err(refuse(&format!(
+            "its parent directory is unusable: {error}"
+        ))),
+    }
+}
+
+fn open_error(path: &Path, error: rusqlite::Error) -> OpenError {
+    let path = path.to_path_buf();
+    match error.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => OpenError::NotADatabase {
+            path,
+            message: error.to_string(),
+        },
+        Some(ErrorCode::CannotOpen) => OpenError::Path {
+            path,
+            reason: error.to_string(),
+        },
+        _ => OpenError::Sqlite {
+            path,
+            message: error.to_string(),
+        },
+    }
+}
+
+/// The writer thread: drains the queue, applies each group in one
+/// transaction, answers after the commit.
+fn write_loop(
+    conn: &mut Connection,
+    queue: &mpsc::Receiver<Write>,
+    max_batch: usize,
+    compact: bool,
+) {
+    while let Ok(first) = queue.recv() {
+        let mut group = vec![first];
+        while group.len() < max_batch {
+            match queue.try_recv() {
+                Ok(next) => group.push(next),
+                Err(_) => break,
+            }
+        }
+        apply(conn, group, compact);
+    }
+}
+
+fn apply(conn: &mut Connection, group: Vec<Write>, compact: bool) {
+    let result = (|| {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db::storage)?;
+        let mut written = Vec::with_capacity(group.len());
+        for write in &group {
+            written.push(execute(&tx, write, compact)?);
+        }
+        tx.commit().map_err(db::storage)?;
+        Ok::<_, StoreError>(written)
+    })();
+    match result {
+        Ok(written) => {
+            for (write, done) in group.into_iter().zip(written) {
+                answer(write, Ok(done));
+            }
+        }
+        Err(error) if group.len() == 1 => {
+            tracing::warn!(%error, "sqlite store write failed");
+            for write in group {
+                answer(write, Err(error.clone()));
+            }
+        }
+        Err(error) => {
+            tracing::warn!(%error, size = group.len(), "sqlite group commit failed; retrying one by one");
+            for write in group {
+                apply(conn, vec![write], compact);
+            }
+        }
+    }
+}
+
+fn execute(conn: &Connection, write: &Write, compact: bool) -> Result<Written, StoreError> {
+    Ok(match write {
+        Write::Acquire(request, _) => Written::Acquired(db::acquire(conn, request)?),
+        Write::Append(batch, _) => Written::Appended(
+            batch
+                .iter()
+                .map(|append| db::append(conn, append))
+                .collect::<Result<_, _>>()?,
+        ),
+        Write::Snapshot(tree, token, snapshot, _) => {
+            Written::Snapshot(db::write_snapshot(conn, *tree, *token, snapshot, compact)?)
+        }
+        Write::Renew(tree, token, until, _) => {
+            Written::Renewed(db::renew(conn, *tree, *token, *until)?)
+        }
+        Write::Release(tree, token, _) => {
+            db::release(conn, *tree, *token)?;
+            Written::Released
+        }
+        Write::Prune(older_than, _) => Written::Pruned(db::prune(conn, *older_than)?),
+    })
+}
+
+fn mismatch() -> StoreError {
+    StoreError::Unavailable("sqlite store: a write produced the wrong kind of result".into())
+}
+
+fn answer(write: Write, result: Result<Written, StoreError>) {
+    // A caller that stopped waiting is not an error of the store.
+    match write {
+        Write::Acquire(_, reply) => {
+            let _ = reply.send(result.and_then(|w| match w {
+                Written::Acquired(value) => Ok(value),
+                _ => Err(mismatch()),
+            }));
+        }
+        Write::Append(_, reply) => {
+            let _ = reply.send(result.and_then(|w| match w {
+                Written::Appended(value) => Ok(value),
+                _ => Err(mismatch()),
+            }));
+        }
+        Write::Snapshot(_, _, _, reply) => {
+            let _ = reply.send(result.and_then(|w| match w {
+                Written::Snapshot(value) => Ok(value),
+                _ => Err(mismatch()),
+            }));
+        }
+        Write::Renew(_, _, _, reply) => {
+            let _ = reply.send(result.and_then(|w| match w {
+                Written::Renewed(value) => Ok(value),
+                _ => Err(mismatch()),
+            }));
+        }
+        Write::Release(_, _, reply) => {
+            let _ = reply.send(result.and_then(|w| match w {
+                Written::Released => Ok(()),
+                _ => Err(mismatch()),
+            }));
+        }
+        Write::Prune(_, reply) => {
+            let _ = reply.send(result.and_then(|w| match w {
+                Written::Pruned(value) => Ok(value),
+                _ => Err(mismatch()),
+            }));
+        }
+    }
+}
+
+/// The reader thread: each read in its own read transaction.
+fn read_loop(conn: &mut Connection, queue: &mpsc::Receiver<Read>) {
+    while let Ok(read) = queue.recv() {
+        match read {
+            Read::Load(tree, reply) => {
+                let _ = reply.send(in_read(conn, |c| db::load(c, tree)));
+            }
+            Read::List(filter, reply) => {
+                let _ = reply.send(in_read(conn, |c| db::list(c, &filter)));
+            }
+            Read::History(tree, reply) => {
+                let _ = reply.send(in_read(conn, |c| db::history(c, tree)));
+            }
+        }
+    }
+}
+
+fn in_read<T>(
+    conn: &mut Connection,
+    read: impl FnOnce(&Connection) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    let tx = conn.transaction().map_err(db::storage)?;
+    let value = read(&tx)?;
+    tx.finish().map_err(db::storage)?;
+    Ok(value)
+}
+
+impl Store for SqliteStore {
+    fn acquire(&self, request: AcquireRequest) -> BoxFuture<'_, Result<Acquired, StoreError>> {
+        self.write(|reply| Write::Acquire(request, reply))
+    }
+
+    fn load(&self, tree: TreeId) -> BoxFuture<'_, Result<TreeLoad, StoreError>> {
+        self.read(|reply| Read::Load(tree, reply))
+    }
+
+    fn append(&self, batch: Vec<Append>) -> BoxFuture<'_, Result<Vec<AppendOutcome>, StoreError>> {
+        self.write(|reply| Write::Append(batch, reply))
+    }
+
+    fn write_snapshot(
+        &self,
+        tree: TreeId,
+        token: u64,
+        snapshot: Snapshot,
+    ) -> BoxFuture<'_, Result<AppendOutcome, StoreError>> {
+        self.write(|reply| Write::Snapshot(tree, token, snapshot, reply))
+    }
+
+    fn renew(
+        &self,
+        tree: TreeId,
+        token: u64,
+        until: Timestamp,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        self.write(|reply| Write::Renew(tree, token, until, reply))
+    }
+
+    fn release(&self, tree: TreeId, token: u64) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.write(|reply| Write::Release(tree, token, reply))
+    }
+
+    fn list(&self, filter: ListFilter) -> BoxFuture<'_, Result<Vec<TreeMeta>, StoreError>> {
+        self.read(|reply| Read::List(filter, reply))
+    }
+}

@@ -1,0 +1,918 @@
+//! `store_conformance`: the contract every `Store` must keep.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_run::log::{Record, RecordBody, RecordKind, Snapshot, verify};
+use baton_run::{
+    AcquireRequest, Acquired, Append, AppendOutcome, Definition, Descriptor, Digest, Effect,
+    EffectId, Engine, EngineConfig, Execution, ExecutionState, Lease, ListFilter, Payload,
+    ProcessId, Program, ProgramConfig, RecoverOptions, ReplayPolicy, RuntimeError, Schema, Scope,
+    Settlement, Signal, SignalBody, StartId, StartRequest, Status, StepError, Store, Timestamp,
+    Transition, TreeId, TreeLoad, TreeMeta, TreeStatus, TreeView, configuration_digest,
+    implementation_digest,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::{Cut, FaultStore, ScriptedDispatcher};
+
+/// Checks a store implementation against the kernel's storage contract,
+/// panicking with a precise message at the first violation. `factory`
+/// makes a fresh, empty store; every case gets its own.
+///
+/// Cases:
+/// - **round trip**: appended records (small and a 300 KB one) load back
+///   byte for byte with their metadata and verify as a chain;
+/// - **compare-and-swap**: a gap, a wrong `prev` or different content at a
+///   committed sequence is a `Conflict` carrying the head; nothing changes;
+/// - **idempotent retry**: an acknowledged append sent again is a
+///   `Duplicate`, also after later appends;
+/// - **racing writers**: concurrent acquires by different owners grant
+///   exactly one lease; concurrent appends at the same sequence commit
+///   exactly one;
+/// - **fencing**: after a forced or an expired takeover the old token's
+///   appends, snapshots and renewals are refused and its release is a
+///   no-op; a released lease is free;
+/// - **snapshots**: a snapshot must name a point of the chain; the load
+///   then holds it and only the records after it, which verify from its
+///   head; an engine with frequent snapshots recovers and verifies;
+/// - **listing** by status and scope, sorted by tree id, without trees that
+///   have no records;
+/// - **crash matrix**: with a real engine and a [`FaultStore`] cutting the
+///   store before and after the first commit of each record kind of a
+///   one-dispatch program, recovery on the same store shows the guaranteed
+///   behaviour: a `Never` dispatch is sent at most once, an uncertain one
+///   is surfaced as unknown and resolvable, a settled one is not sent again.
+pub async fn store_conformance<S: Store>(factory: impl Fn() -> S) {
+    let fresh = || -> Arc<dyn Store> { Arc::new(factory()) };
+    round_trip(fresh()).await;
+    compare_and_swap(fresh()).await;
+    idempotent_retry(fresh()).await;
+    racing_writers(fresh()).await;
+    fencing(fresh()).await;
+    snapshots(fresh()).await;
+    engine_snapshots(fresh()).await;
+    listing(fresh()).await;
+    crash_matrix(&fresh).await;
+}
+
+const SCOPE: &str = "conformance";
+
+fn tree(key: &str) -> TreeId {
+    ProcessId::root(&StartId::new(SCOPE, key).expect("valid start id"))
+}
+
+fn acquire(tree: TreeId, owner: &str, now: u64, force: bool) -> AcquireRequest {
+    AcquireRequest {
+        tree,
+        owner: owner.into(),
+        now: Timestamp(now),
+        ttl: Duration::from_millis(1_000),
+        force,
+    }
+}
+
+async fn granted(store: &dyn Store, request: AcquireRequest, case: &str) -> (Lease, TreeLoad) {
+    let owner = request.owner.clone();
+    match store.acquire(request).await {
+        Ok(Acquired::Granted { lease, load }) => {
+            assert_eq!(lease.owner, owner, "{case}: the lease names its owner");
+            (lease, load)
+        }
+        other => panic!("{case}: expected a granted lease for {owner}, got {other:?}"),
+    }
+}
+
+fn meta(tree: TreeId, scope: &str, status: TreeStatus, updated: u64) -> TreeMeta {
+    TreeMeta {
+        tree,
+        scope: Scope::new(scope).expect("valid scope"),
+        status,
+        updated: Timestamp(updated),
+    }
+}
+
+/// A valid record whose body carries `content` (so sizes can vary).
+fn record(tree: TreeId, seq: u64, prev: Digest, content: &str) -> Record {
+    let body = RecordBody::EffectSettled {
+        process: tree,
+        effect: EffectId::new(tree, seq, 0),
+        settlement: Settlement::ok(Payload::encode(content).expect("encodes")),
+    };
+    Record::seal(seq, prev, &body)
+}
+
+/// `count` chained records after `(seq, prev)`.
+fn chain(tree: TreeId, after: (u64, Digest), count: u64, tag: &str) -> Vec<Record> {
+    let (mut seq, mut prev) = after;
+    (0..count)
+        .map(|_| {
+            seq += 1;
+            let record = record(tree, seq, prev, &format!("{tag} {seq}"));
+            prev = record.hash;
+            record
+        })
+        .collect()
+}
+
+fn append(tree: TreeId, token: u64, records: Vec<Record>) -> Append {
+    Append {
+        tree,
+        token,
+        records,
+        meta: meta(tree, SCOPE, TreeStatus::Running, 7),
+    }
+}
+
+async fn one(store: &dyn Store, item: Append, case: &str) -> AppendOutcome {
+    let outcomes = store
+        .append(vec![item])
+        .await
+        .unwrap_or_else(|error| panic!("{case}: append failed: {error}"));
+    assert_eq!(outcomes.len(), 1, "{case}: one outcome per append");
+    outcomes[0]
+}
+
+async fn load(store: &dyn Store, tree: TreeId, case: &str) -> TreeLoad {
+    store
+        .load(tree)
+        .await
+        .unwrap_or_else(|error| panic!("{case}: load failed: {error}"))
+}
+
+fn same_records(actual: &[Record], expected: &[Record], case: &str) {
+    assert_eq!(
+        actual.len(),
+        expected.len(),
+        "{case}: number of stored records"
+    );
+    for (a, e) in actual.iter().zip(expected) {
+        assert_eq!(
+            (a.seq, a.prev, a.hash, a.kind),
+            (e.seq, e.prev, e.hash, e.kind),
+            "{case}: record {} header",
+            e.seq
+        );
+        assert!(
+            a.body[..] == e.body[..],
+            "{case}: record {} body is not byte-exact ({} vs {} bytes)",
+            e.seq,
+            a.body.len(),
+            e.body.len()
+        );
+    }
+}
+
+async fn round_trip(store: Arc<dyn Store>) {
+    let case = "round trip";
+    let t = tree("round-trip");
+    let empty = load(&*store, t, case).await;
+    assert!(!empty.exists(), "{case}: an unknown tree loads empty");
+    let (lease, load0) = granted(&*store, acquire(t, "a", 0, false), case).await;
+    assert!(!load0.exists(), "{case}: a new tree has no records");
+    assert_eq!(load0.head(), (0, Digest::ZERO), "{case}: empty head");
+
+    let mut records = chain(t, (0, Digest::ZERO), 2, "small");
+    // A large, mostly repetitive body exercises any chunking or dedupe.
+    let big: String = (0..300_000u32)
+        .map(|i| char::from(b'a' + (i.wrapping_mul(2_654_435_761) >> 27) as u8 % 26))
+        .collect();
+    let large = record(t, 3, records[1].hash, &big);
+    records.push(large);
+    let more = chain(t, (3, records[2].hash), 2, "tail");
+    records.extend(more);
+    assert_eq!(
+        one(&*store, append(t, lease.token, records[..2].to_vec()), case).await,
+        AppendOutcome::Committed,
+        "{case}: first append"
+    );
+    let mut last = append(t, lease.token, records[2..].to_vec());
+    last.meta = meta(t, SCOPE, TreeStatus::Waiting, 42);
+    assert_eq!(
+        one(&*store, last, case).await,
+        AppendOutcome::Committed,
+        "{case}: second append"
+    );
+    let loaded = load(&*store, t, case).await;
+    same_records(&loaded.records, &records, case);
+    assert_eq!(
+        loaded.meta,
+        Some(meta(t, SCOPE, TreeStatus::Waiting, 42)),
+        "{case}: metadata is the last append's"
+    );
+    assert!(loaded.snapshot.is_none(), "{case}: no snapshot was written");
+    let head = verify(0, Digest::ZERO, &loaded.records)
+        .unwrap_or_else(|error| panic!("{case}: the stored chain does not verify: {error}"));
+    assert_eq!(head, (5, records[4].hash), "{case}: verified head");
+    assert_eq!(loaded.head(), head, "{case}: load head");
+    // A grant returns the same stored state.
+    let (_, reload) = granted(&*store, acquire(t, "a", 10, false), case).await;
+    same_records(&reload.records, &records, case);
+}
+
+async fn compare_and_swap(store: Arc<dyn Store>) {
+    let case = "compare-and-swap";
+    let t = tree("cas");
+    let (lease, _) = granted(&*store, acquire(t, "a", 0, false), case).await;
+    let records = chain(t, (0, Digest::ZERO), 2, "cas");
+    assert_eq!(
+        one(&*store, append(t, lease.token, records.clone()), case).await,
+        AppendOutcome::Committed
+    );
+    let other = chain(t, (0, Digest::ZERO), 1, "other");
+    assert_eq!(
+        one(&*store, append(t, lease.token, other), case).await,
+        AppendOutcome::Conflict { head: 2 },
+        "{case}: different content at a committed sequence"
+    );
+    let gap = record(t, 4, records[1].hash, "gap");
+    assert_eq!(
+        one(&*store, append(t, lease.token, vec![gap]), case).await,
+        AppendOutcome::Conflict { head: 2 },
+        "{case}: a gap after the head"
+    );
+    let wrong_prev = record(t, 3, Digest::ZERO, "wrong prev");
+    assert_eq!(
+        one(&*store, append(t, lease.token, vec![wrong_prev]), case).await,
+        AppendOutcome::Conflict { head: 2 },
+        "{case}: a prev that is not the head's hash"
+    );
+    let partly = vec![records[1].clone(), record(t, 3, records[1].hash, "new")];
+    assert_eq!(
+        one(&*store, append(t, lease.token, partly), case).await,
+        AppendOutcome::Conflict { head: 2 },
+        "{case}: a batch overlapping the head is not a duplicate"
+    );
+    same_records(&load(&*store, t, case).await.records, &records, case);
+    // Items of one batch are atomic on their own and answered in order.
+    let next = chain(t, (2, records[1].hash), 1, "next");
+    let outcomes = store
+        .append(vec![
+            append(t, lease.token, chain(t, (0, Digest::ZERO), 1, "stale")),
+            append(t, lease.token, next.clone()),
+            append(
+                tree("cas-unknown"),
+                lease.token,
+                chain(t, (0, Digest::ZERO), 1, "x"),
+            ),
+        ])
+        .await
+        .unwrap_or_else(|error| panic!("{case}: batch append failed: {error}"));
+    assert_eq!(
+        outcomes,
+        [
+            AppendOutcome::Conflict { head: 2 },
+            AppendOutcome::Committed,
+            AppendOutcome::Fenced
+        ],
+        "{case}: batch outcomes in order (an unacquired tree is fenced)"
+    );
+    assert_eq!(load(&*store, t, case).await.head(), (3, next[0].hash));
+}
+
+async fn idempotent_retry(store: Arc<dyn Store>) {
+    let case = "idempotent retry";
+    let t = tree("retry");
+    let (lease, _) = granted(&*store, acquire(t, "a", 0, false), case).await;
+    let first = chain(t, (0, Digest::ZERO), 2, "retry");
+    assert_eq!(
+        one(&*store, append(t, lease.token, first.clone()), case).await,
+        AppendOutcome::Committed
+    );
+    assert_eq!(
+        one(&*store, append(t, lease.token, first.clone()), case).await,
+        AppendOutcome::Duplicate,
+        "{case}: the same append again"
+    );
+    let second = chain(t, (2, first[1].hash), 1, "retry");
+    assert_eq!(
+        one(&*store, append(t, lease.token, second.clone()), case).await,
+        AppendOutcome::Committed
+    );
+    assert_eq!(
+        one(&*store, append(t, lease.token, first.clone()), case).await,
+        AppendOutcome::Duplicate,
+        "{case}: an older acknowledged append after later ones"
+    );
+    let mut all = first;
+    all.extend(second);
+    same_records(&load(&*store, t, case).await.records, &all, case);
+}
+
+async fn racing_writers(store: Arc<dyn Store>) {
+    let case = "racing writers";
+    let t = tree("race");
+    let acquires: Vec<_> = (0..8)
+        .map(|n| {
+            let store = store.clone();
+            tokio::spawn(async move { store.acquire(acquire(t, &format!("w{n}"), 0, false)).await })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for task in acquires {
+        match task.await.expect("task runs") {
+            Ok(Acquired::Granted { lease, .. }) => winners.push(lease),
+            Ok(Acquired::LeaseHeld { until, .. }) => {
+                assert_eq!(until, Timestamp(1_000), "{case}: the live lease's expiry");
+            }
+            Err(error) => panic!("{case}: acquire failed: {error}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "{case}: exactly one acquire wins");
+    let token = winners[0].token;
+    let appends: Vec<_> = (0..8)
+        .map(|n| {
+            let store = store.clone();
+            let records = chain(t, (0, Digest::ZERO), 1, &format!("racer {n}"));
+            let item = append(t, token, records.clone());
+            tokio::spawn(async move { (records, store.append(vec![item]).await) })
+        })
+        .collect();
+    let mut committed = Vec::new();
+    for task in appends {
+        let (records, outcome) = task.await.expect("task runs");
+        match outcome.unwrap_or_else(|error| panic!("{case}: append failed: {error}"))[..] {
+            [AppendOutcome::Committed] => committed.push(records),
+            [AppendOutcome::Conflict { head: 1 }] => {}
+            ref other => panic!("{case}: unexpected outcome {other:?}"),
+        }
+    }
+    assert_eq!(
+        committed.len(),
+        1,
+        "{case}: exactly one append at seq 1 wins"
+    );
+    same_records(&load(&*store, t, case).await.records, &committed[0], case);
+}
+
+async fn fencing(store: Arc<dyn Store>) {
+    let case = "fencing";
+    let t = tree("fence");
+    let (a, _) = granted(&*store, acquire(t, "a", 0, false), case).await;
+    let first = chain(t, (0, Digest::ZERO), 1, "a");
+    assert_eq!(
+        one(&*store, append(t, a.token, first.clone()), case).await,
+        AppendOutcome::Committed
+    );
+    match store.acquire(acquire(t, "b", 500, false)).await {
+        Ok(Acquired::LeaseHeld { owner, until }) => {
+            assert_eq!(
+                (owner.as_str(), until),
+                ("a", Timestamp(1_000)),
+                "{case}: holder"
+            );
+        }
+        other => panic!("{case}: a live lease must be reported held, got {other:?}"),
+    }
+    // The holder may renew; a forced takeover fences it.
+    assert!(
+        store
+            .renew(t, a.token, Timestamp(1_500))
+            .await
+            .expect("renews"),
+        "{case}: the current writer renews"
+    );
+    let (b, load_b) = granted(&*store, acquire(t, "b", 600, true), case).await;
+    assert!(b.token > a.token, "{case}: fencing tokens increase");
+    same_records(&load_b.records, &first, case);
+    let second = chain(t, (1, first[0].hash), 1, "second");
+    assert_eq!(
+        one(&*store, append(t, a.token, second.clone()), case).await,
+        AppendOutcome::Fenced,
+        "{case}: the old writer after a forced takeover"
+    );
+    let snapshot = Snapshot {
+        seq: 1,
+        head: first[0].hash,
+        state: Arc::from(&b"{}"[..]),
+    };
+    assert_eq!(
+        store
+            .write_snapshot(t, a.token, snapshot)
+            .await
+            .expect("snapshot call"),
+        AppendOutcome::Fenced,
+        "{case}: a snapshot by the old writer"
+    );
+    assert!(
+        !store
+            .renew(t, a.token, Timestamp(9_000))
+            .await
+            .expect("renew call"),
+        "{case}: the old writer cannot renew"
+    );
+    store.release(t, a.token).await.expect("release call");
+    match store.acquire(acquire(t, "c", 700, false)).await {
+        Ok(Acquired::LeaseHeld { owner, .. }) => {
+            assert_eq!(owner, "b", "{case}: a stale release leaves the lease")
+        }
+        other => panic!("{case}: expected b's lease to hold, got {other:?}"),
+    }
+    assert_eq!(
+        one(&*store, append(t, b.token, second.clone()), case).await,
+        AppendOutcome::Committed,
+        "{case}: the new writer appends"
+    );
+    // An expired lease lets a new writer in without force.
+    let (c, _) = granted(&*store, acquire(t, "c", 1_700, false), case).await;
+    assert!(c.token > b.token, "{case}: fencing tokens increase");
+    let third = chain(t, (2, second[0].hash), 1, "third");
+    assert_eq!(
+        one(&*store, append(t, b.token, third.clone()), case).await,
+        AppendOutcome::Fenced,
+        "{case}: the old writer after an expired takeover"
+    );
+    // The same owner acquiring again gets a new token and fences its old one.
+    let (c2, _) = granted(&*store, acquire(t, "c", 1_800, false), case).await;
+    assert!(c2.token > c.token, "{case}: re-acquiring mints a new token");
+    assert_eq!(
+        one(&*store, append(t, c.token, third.clone()), case).await,
+        AppendOutcome::Fenced,
+        "{case}: a token replaced by its own owner"
+    );
+    // A released lease is free for anyone.
+    store.release(t, c2.token).await.expect("release call");
+    let (d, _) = granted(&*store, acquire(t, "d", 1_900, false), case).await;
+    assert_eq!(
+        one(&*store, append(t, d.token, third), case).await,
+        AppendOutcome::Committed
+    );
+    assert_eq!(load(&*store, t, case).await.head().0, 3);
+}
+
+async fn snapshots(store: Arc<dyn Store>) {
+    let case = "snapshots";
+    let t = tree("snapshot");
+    let (lease, _) = granted(&*store, acquire(t, "a", 0, false), case).await;
+    let records = chain(t, (0, Digest::ZERO), 5, "snap");
+    assert_eq!(
+        one(&*store, append(t, lease.token, records.clone()), case).await,
+        AppendOutcome::Committed
+    );
+    let state: Arc<[u8]> =
+        Arc::from(format!("{{\"state\":\"{}\"}}", "s".repeat(20_000)).as_bytes());
+    let at = |seq: u64, head: Digest| Snapshot {
+        seq,
+        head,
+        state: state.clone(),
+    };
+    let write = |snapshot: Snapshot| {
+        let store = store.clone();
+        async move {
+            store
+                .write_snapshot(t, lease.token, snapshot)
+                .await
+                .unwrap_or_else(|error| panic!("{case}: write_snapshot failed: {error}"))
+        }
+    };
+    assert_eq!(
+        write(at(3, records[1].hash)).await,
+        AppendOutcome::Conflict { head: 5 },
+        "{case}: a head that is not the covered record's hash"
+    );
+    assert_eq!(
+        write(at(6, records[4].hash)).await,
+        AppendOutcome::Conflict { head: 5 },
+        "{case}: a snapshot past the head"
+    );
+    assert_eq!(
+        write(at(3, records[2].hash)).await,
+        AppendOutcome::Committed,
+        "{case}: a snapshot of seq 3"
+    );
+    let loaded = load(&*store, t, case).await;
+    let snapshot = loaded
+        .snapshot
+        .clone()
+        .unwrap_or_else(|| panic!("{case}: the snapshot is loaded"));
+    assert_eq!((snapshot.seq, snapshot.head), (3, records[2].hash));
+    assert!(
+        snapshot.state[..] == state[..],
+        "{case}: the snapshot state is byte-exact"
+    );
+    assert!(
+        loaded.records.iter().all(|r| r.seq > 3),
+        "{case}: the load holds only records after the snapshot"
+    );
+    same_records(&loaded.records, &records[3..], case);
+    assert_eq!(
+        verify(snapshot.seq, snapshot.head, &loaded.records),
+        Ok((5, records[4].hash)),
+        "{case}: the tail verifies from the snapshot head"
+    );
+    // The chain goes on after compaction, and a later snapshot replaces it.
+    let more = chain(t, (5, records[4].hash), 2, "more");
+    assert_eq!(
+        one(&*store, append(t, lease.token, more.clone()), case).await,
+        AppendOutcome::Committed
+    );
+    assert_eq!(
+        write(at(7, more[1].hash)).await,
+        AppendOutcome::Committed,
+        "{case}: a snapshot at the head"
+    );
+    let loaded = load(&*store, t, case).await;
+    assert_eq!(loaded.snapshot.as_ref().map(|s| s.seq), Some(7));
+    assert!(loaded.records.is_empty(), "{case}: nothing after the head");
+    assert_eq!(
+        loaded.head(),
+        (7, more[1].hash),
+        "{case}: head from the snapshot"
+    );
+    let next = chain(t, (7, more[1].hash), 1, "next");
+    assert_eq!(
+        one(&*store, append(t, lease.token, next.clone()), case).await,
+        AppendOutcome::Committed,
+        "{case}: appending after a snapshot at the head"
+    );
+    let loaded = load(&*store, t, case).await;
+    same_records(&loaded.records, &next, case);
+}
+
+async fn listing(store: Arc<dyn Store>) {
+    let case = "listing";
+    let entries = [
+        ("l1", "acme", TreeStatus::Running),
+        ("l2", "acme", TreeStatus::Done),
+        ("l3", "other", TreeStatus::Done),
+        ("l4", "other", TreeStatus::NeedsAttention),
+        ("l5", "acme", TreeStatus::Waiting),
+    ];
+    for (n, (key, scope, status)) in entries.iter().enumerate() {
+        let t = tree(key);
+        let (lease, _) = granted(&*store, acquire(t, "a", 0, false), case).await;
+        let mut item = append(t, lease.token, chain(t, (0, Digest::ZERO), 1, key));
+        item.meta = meta(t, scope, *status, n as u64);
+        assert_eq!(one(&*store, item, case).await, AppendOutcome::Committed);
+    }
+    // Acquired but never appended: not listed.
+    granted(&*store, acquire(tree("l6"), "a", 0, false), case).await;
+    let list = |status: Option<TreeStatus>, scope: Option<&str>| {
+        let store = store.clone();
+        let filter = ListFilter {
+            status,
+            scope: scope.map(|s| Scope::new(s).expect("valid scope")),
+        };
+        async move {
+            store
+                .list(filter)
+                .await
+                .unwrap_or_else(|error| panic!("{case}: list failed: {error}"))
+        }
+    };
+    let expected = |pick: &dyn Fn(&str, TreeStatus) -> bool| {
+        let mut metas: Vec<TreeMeta> = entries
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, scope, status))| pick(scope, *status))
+            .map(|(n, (key, scope, status))| meta(tree(key), scope, *status, n as u64))
+            .collect();
+        metas.sort_by_key(|m| m.tree);
+        metas
+    };
+    assert_eq!(
+        list(None, None).await,
+        expected(&|_, _| true),
+        "{case}: all"
+    );
+    assert_eq!(
+        list(Some(TreeStatus::Done), None).await,
+        expected(&|_, s| s == TreeStatus::Done),
+        "{case}: by status"
+    );
+    assert_eq!(
+        list(None, Some("acme")).await,
+        expected(&|scope, _| scope == "acme"),
+        "{case}: by scope"
+    );
+    assert_eq!(
+        list(Some(TreeStatus::Done), Some("other")).await,
+        expected(&|scope, s| scope == "other" && s == TreeStatus::Done),
+        "{case}: by status and scope"
+    );
+    assert!(
+        list(Some(TreeStatus::Running), Some("nobody"))
+            .await
+            .is_empty(),
+        "{case}: an empty match"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Engine cases: a one-dispatch program under a fault-injecting wrapper.
+
+/// Dispatches its input once, then completes with the settlement's output.
+struct DispatchOnce {
+    descriptor: Descriptor,
+}
+
+#[derive(Serialize, Deserialize)]
+struct OnceState {
+    input: Value,
+    dispatched: bool,
+}
+
+struct OnceExecution(OnceState);
+
+impl Definition for DispatchOnce {
+    fn descriptor(&self) -> &Descriptor {
+        &self.descriptor
+    }
+
+    fn start(&self, input: &Payload) -> Result<Box<dyn Execution>, StepError> {
+        Ok(Box::new(OnceExecution(OnceState {
+            input: input.to_value(),
+            dispatched: false,
+        })))
+    }
+
+    fn restore(&self, state: &ExecutionState) -> Result<Box<dyn Execution>, StepError> {
+        Ok(Box::new(OnceExecution(state.decode()?)))
+    }
+}
+
+impl Execution for OnceExecution {
+    fn step(&mut self, window: &[Signal]) -> Result<Transition, StepError> {
+        if !self.0.dispatched {
+            self.0.dispatched = true;
+            return Ok(Transition::Continue {
+                consumed: 0,
+                effects: vec![Effect::dispatch(Payload::from_value(&self.0.input)?)],
+            });
+        }
+        match window.first().map(|signal| &signal.body) {
+            Some(SignalBody::Settled {
+                settlement: Settlement::Succeeded { output, .. },
+                ..
+            }) => Ok(Transition::Complete {
+                consumed: 1,
+                output: output.clone(),
+            }),
+            Some(SignalBody::Settled {
+                settlement: Settlement::Failed { failure, .. },
+                ..
+            }) => Ok(Transition::Fail {
+                consumed: 1,
+                failure: failure.clone(),
+            }),
+            _ => Ok(Transition::Continue {
+                consumed: 0,
+                effects: Vec::new(),
+            }),
+        }
+    }
+
+    fn snapshot(&self) -> Result<ExecutionState, StepError> {
+        ExecutionState::encode(&self.0)
+    }
+}
+
+fn dispatch_once(dispatcher: ScriptedDispatcher) -> Program<Value, Value> {
+    let descriptor = Descriptor::new(
+        "testkit.dispatch_once",
+        "Dispatches its input once and completes with the result.",
+        Schema::any(),
+        Schema::any(),
+    )
+    .expect("valid descriptor");
+    Program::new(ProgramConfig {
+        definition: Arc::new(DispatchOnce { descriptor }),
+        dispatcher: Some(Arc::new(dispatcher)),
+        implementation: implementation_digest(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
+        configuration: configuration_digest("dispatch_once").expect("encodes"),
+    })
+}
+
+fn engine(store: Arc<dyn Store>, program: &Program<Value, Value>, snapshot_every: u64) -> Engine {
+    let mut config = EngineConfig::with_store(store).program(program);
+    config.snapshot_every = snapshot_every;
+    Engine::new(config)
+}
+
+fn scope() -> Scope {
+    Scope::new(SCOPE).expect("valid scope")
+}
+
+async fn view_until(
+    engine: &Engine,
+    tree: TreeId,
+    case: &str,
+    done: impl Fn(&TreeView) -> bool,
+) -> TreeView {
+    for _ in 0..10_000 {
+        if let Ok(view) = engine.inspect(&scope(), tree, false).await
+            && done(&view)
+        {
+            return view;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("{case}: the tree never reached the expected state");
+}
+
+/// Many commits with a snapshot every two records: the store compacts (or
+/// keeps) what snapshots cover, the log verifies from the snapshot head and
+/// a fresh engine recovers the finished tree with its output.
+async fn engine_snapshots(store: Arc<dyn Store>) {
+    let case = "engine snapshots";
+    let dispatcher = ScriptedDispatcher::echo(ReplayPolicy::Never);
+    let program = dispatch_once(dispatcher.clone());
+    let first = engine(store.clone(), &program, 2);
+    let mut keys = Vec::new();
+    for n in 0..4 {
+        let key = format!("snapshots-{n}");
+        let request = StartRequest::new(
+            StartId::new(SCOPE, &key).expect("valid"),
+            json!({ "n": n, "pad": "p".repeat(6_000) }),
+        );
+        let handle = first
+            .start(&program, request)
+            .await
+            .unwrap_or_else(|error| panic!("{case}: start failed: {error}"));
+        let termination = handle
+            .await_result()
+            .await
+            .unwrap_or_else(|error| panic!("{case}: the tree stopped: {error}"));
+        assert_eq!(termination.status(), Status::Completed, "{case}: completes");
+        handle.join().await.expect("joins");
+        keys.push((handle.tree(), n));
+    }
+    first.close().await;
+    let second = engine(store.clone(), &program, 2);
+    for (tree, n) in keys {
+        let head = second
+            .verify(&scope(), tree)
+            .await
+            .unwrap_or_else(|error| panic!("{case}: the log does not verify: {error}"));
+        let stored = load(&*store, tree, case).await;
+        assert_eq!(stored.head().0, head, "{case}: verified up to the head");
+        let handle = second
+            .process::<Value>(&scope(), tree)
+            .await
+            .unwrap_or_else(|error| panic!("{case}: cannot take the tree up: {error}"));
+        let output = handle.output().await.expect("completed output");
+        assert_eq!(output["n"], n, "{case}: the recorded output survives");
+    }
+    assert_eq!(dispatcher.total(), 4, "{case}: one dispatch per tree");
+}
+
+/// What recovery must show after a crash at one commit.
+#[derive(Clone, Copy, Debug)]
+enum Expect {
+    /// Exactly this many dispatches over both engines, and whether the
+    /// dispatch is surfaced as unknown (and must be resolved).
+    Exactly { dispatches: u32, unknown: bool },
+    /// Where the engine may group this commit with the pending record: the
+    /// `Never` guarantee only — dispatched once and known, or surfaced as
+    /// unknown having been dispatched at most once.
+    AtMostOnce,
+}
+
+const fn exactly(dispatches: u32, unknown: bool) -> Expect {
+    Expect::Exactly {
+        dispatches,
+        unknown,
+    }
+}
+
+async fn crash_matrix(fresh: &dyn Fn() -> Arc<dyn Store>) {
+    // A completing step is its process's terminal record, so these are all
+    // the commit kinds of a one-dispatch tree.
+    use RecordKind::{EffectPending, EffectSettled, StepAdopted, TreeStarted};
+    let never = ReplayPolicy::Never;
+    let same = ReplayPolicy::SameIdentity;
+    let cases = [
+        (TreeStarted, Cut::Before, never, exactly(1, false)),
+        (TreeStarted, Cut::After, never, exactly(1, false)),
+        (StepAdopted, Cut::Before, never, exactly(1, false)),
+        (StepAdopted, Cut::After, never, Expect::AtMostOnce),
+        (EffectPending, Cut::Before, never, exactly(1, false)),
+        (EffectPending, Cut::After, never, exactly(0, true)),
+        (EffectSettled, Cut::Before, never, exactly(1, true)),
+        (EffectSettled, Cut::Before, same, exactly(2, false)),
+        (EffectSettled, Cut::After, never, exactly(1, false)),
+    ];
+    for (index, (kind, cut, policy, expect)) in cases.into_iter().enumerate() {
+        let case = format!("crash {cut:?} {kind} ({policy:?})");
+        crash_case(fresh(), &case, index, kind, cut, policy, expect).await;
+    }
+}
+
+async fn crash_case(
+    store: Arc<dyn Store>,
+    case: &str,
+    index: usize,
+    kind: RecordKind,
+    cut: Cut,
+    policy: ReplayPolicy,
+    expect: Expect,
+) {
+    let dispatcher = ScriptedDispatcher::echo(policy);
+    let program = dispatch_once(dispatcher.clone());
+    let faulty = FaultStore::new(store.clone());
+    faulty.arm(kind, cut, 1);
+    let key = format!("crash-{index}");
+    let id = StartId::new(SCOPE, &key).expect("valid");
+    let tree = ProcessId::root(&id);
+    let input = json!({ "case": index });
+    let first = engine(Arc::new(faulty.clone()), &program, 512);
+    match first
+        .start(&program, StartRequest::new(id.clone(), input.clone()))
+        .await
+    {
+        Ok(handle) => {
+            let stopped = handle.await_result().await;
+            assert!(
+                matches!(stopped, Err(RuntimeError::Storage { .. })),
+                "{case}: the writer must stop on the storage failure, got {stopped:?}"
+            );
+        }
+        // The start itself is the cut commit.
+        Err(error) => assert_eq!(
+            kind,
+            RecordKind::TreeStarted,
+            "{case}: start failed: {error}"
+        ),
+    }
+    assert!(faulty.crashed(), "{case}: the fault fired");
+    drop(first);
+
+    // A fresh engine on the same store: recover, then start again (a no-op
+    // for a stored tree, a first start if the crash lost it).
+    let second = engine(store.clone(), &program, 512);
+    let report = second
+        .recover(RecoverOptions::default())
+        .await
+        .unwrap_or_else(|error| panic!("{case}: recover failed: {error}"));
+    assert!(
+        report.iter().all(|(_, result)| result.is_ok()),
+        "{case}: recovery reported {report:?}"
+    );
+    let handle = second
+        .start(&program, StartRequest::new(id, input.clone()))
+        .await
+        .unwrap_or_else(|error| panic!("{case}: start after recovery failed: {error}"));
+    let settled = view_until(&second, tree, case, |view| {
+        let root = view.root();
+        root.status.is_terminal() || root.status == Status::Parked
+    })
+    .await;
+    let unknown = settled.root().unknown_effects.clone();
+    match expect {
+        Expect::Exactly {
+            unknown: surfaced, ..
+        } => assert_eq!(
+            !unknown.is_empty(),
+            surfaced,
+            "{case}: unknown effects after recovery: {unknown:?}"
+        ),
+        Expect::AtMostOnce => assert!(unknown.len() <= 1, "{case}: {unknown:?}"),
+    }
+    if let Some(effect) = unknown.first() {
+        assert_eq!(
+            settled.status,
+            TreeStatus::NeedsAttention,
+            "{case}: listing"
+        );
+        let resolution = Settlement::ok(Payload::from_value(&input).expect("encodes"));
+        second
+            .resolve_unknown(&scope(), tree, *effect, resolution)
+            .await
+            .unwrap_or_else(|error| panic!("{case}: resolve failed: {error}"));
+    }
+    let termination = handle
+        .await_result()
+        .await
+        .unwrap_or_else(|error| panic!("{case}: the recovered tree stopped: {error}"));
+    assert_eq!(termination.status(), Status::Completed, "{case}: completes");
+    let output = termination.output().expect("completed").to_value();
+    assert_eq!(
+        output, input,
+        "{case}: the output is the dispatched (or resolved) one"
+    );
+    match expect {
+        Expect::Exactly { dispatches, .. } => assert_eq!(
+            dispatcher.total(),
+            dispatches,
+            "{case}: dispatches over the crash"
+        ),
+        Expect::AtMostOnce if unknown.is_empty() => assert_eq!(
+            dispatcher.total(),
+            1,
+            "{case}: a known settlement comes from exactly one dispatch"
+        ),
+        Expect::AtMostOnce => assert!(
+            dispatcher.total() <= 1,
+            "{case}: an unknown dispatch was sent at most once"
+        ),
+    }
+    assert!(
+        dispatcher.counts().len() <= 1,
+        "{case}: one effect identity only"
+    );
+    second
+        .verify(&scope(), tree)
+        .await
+        .unwrap_or_else(|error| panic!("{case}: the log does not verify: {error}"));
+}
