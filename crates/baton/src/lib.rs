@@ -14,13 +14,16 @@
 //! | [`run`] | `baton-run` | the run kernel: programs, effects, signals, the log, stores, budgets, the engine |
 //! | [`workflow`] | `baton-workflow` | workflow stages as one program: transform, call, switch, fork, map, loop |
 //! | [`coordination`] | `baton-coordination` | an input gate, first-success racing, deadlines with a timer dispatcher |
+//! | [`store`] | `baton-store-*` | durable store backends: [`store::sqlite`] (`baton-store-sqlite`, the embedded default) |
 //!
-//! The team coordinator (`baton::team`), the model-backed agent
-//! adapter (`baton::agent`) and durable store backends (`baton::store`) are
-//! planned; each gains its module here in the change that lands its crate.
+//! The team coordinator (`baton::team`) and the model-backed agent adapter
+//! (`baton::agent`) are planned; each gains its module here in the change
+//! that lands its crate. The in-memory store stays where the contract is,
+//! at `baton::run::MemoryStore`.
 //!
-//! There are no cargo features yet; store backends will be gated behind
-//! features when they exist.
+//! ## Features
+//!
+//! - `sqlite` (default): the embedded durable store, `baton::store::sqlite`.
 //!
 //! ## The model in one page
 //!
@@ -81,8 +84,9 @@
 //! caller's scope.
 //!
 //! **The engine** ([`Engine`](run::Engine)) runs trees on tokio, one owner
-//! task per tree, over a [`Store`](run::Store) (in memory today:
-//! [`MemoryStore`](run::MemoryStore)). A [`Program`](run::Program) binds a
+//! task per tree, over a [`Store`](run::Store): in memory
+//! ([`MemoryStore`](run::MemoryStore)) or durable on disk
+//! (`baton::store::sqlite::SqliteStore`, one SQLite file). A [`Program`](run::Program) binds a
 //! definition to its dispatcher and to digests of its implementation and
 //! configuration; `engine.start` returns a
 //! [`ProcessHandle`](run::ProcessHandle) to signal, cancel, kill, inspect
@@ -236,3 +240,12 @@ pub use baton_workflow as workflow;
 
 #[doc(inline)]
 pub use baton_coordination as coordination;
+
+/// Durable store backends, each behind its cargo feature. The store
+/// contract and the in-memory store are in [`run`] (`baton::run::Store`,
+/// `baton::run::MemoryStore`).
+pub mod store {
+    #[cfg(feature = "sqlite")]
+    #[doc(inline)]
+    pub use baton_store_sqlite as sqlite;
+}
