@@ -76,7 +76,13 @@ impl OpenAiConfig {
     /// [`DEFAULT_BASE_URL`]), `OPENAI_API_KEY` (optional) and
     /// `OPENAI_MODEL` (required).
     pub fn from_env() -> Result<OpenAiConfig, ModelError> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        OpenAiConfig::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// Like [`OpenAiConfig::from_env`], reading the variables through `var`
+    /// (empty values count as absent).
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<OpenAiConfig, ModelError> {
+        let var = |name: &str| var(name).filter(|v| !v.trim().is_empty());
         let model = var("OPENAI_MODEL")
             .ok_or_else(|| ModelError::Request("OPENAI_MODEL is not set".into()))?;
         let mut config = OpenAiConfig::new(
