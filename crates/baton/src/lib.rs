@@ -14,16 +14,18 @@
 //! | [`run`] | `baton-run` | the run kernel: programs, effects, signals, the log, stores, budgets, the engine |
 //! | [`workflow`] | `baton-workflow` | workflow stages as one program: transform, call, switch, fork, map, loop |
 //! | [`coordination`] | `baton-coordination` | an input gate, first-success racing, deadlines with a timer dispatcher |
+//! | [`agent`] | `baton-agent` | chat types, the model trait, typed output, the model-backed interaction, the adapter, a scripted model, providers |
 //! | [`store`] | `baton-store-*` | durable store backends: [`store::sqlite`] (`baton-store-sqlite`, the embedded default) |
 //!
-//! The team coordinator (`baton::team`) and the model-backed agent adapter
-//! (`baton::agent`) are planned; each gains its module here in the change
-//! that lands its crate. The in-memory store stays where the contract is,
+//! The team coordinator (`baton::team`) is planned; it gains its module
+//! here in the change that lands its crate. The in-memory store stays where the contract is,
 //! at `baton::run::MemoryStore`.
 //!
 //! ## Features
 //!
 //! - `sqlite` (default): the embedded durable store, `baton::store::sqlite`.
+//! - `openai` (default): the OpenAI-compatible Chat Completions provider,
+//!   `baton::agent::openai`.
 //!
 //! ## The model in one page
 //!
@@ -240,6 +242,9 @@ pub use baton_workflow as workflow;
 
 #[doc(inline)]
 pub use baton_coordination as coordination;
+
+#[doc(inline)]
+pub use baton_agent as agent;
 
 /// Durable store backends, each behind its cargo feature. The store
 /// contract and the in-memory store are in [`run`] (`baton::run::Store`,
