@@ -246,11 +246,19 @@ impl Entry {
             .is_some_and(|lease| lease.token == token)
     }
 
+    /// The latest snapshot and the records after it (a store that keeps its
+    /// history still loads only what folds onto the snapshot).
     fn load(&self) -> TreeLoad {
+        let after = self.snapshot.as_ref().map_or(0, |snapshot| snapshot.seq);
         TreeLoad {
             meta: self.meta.clone(),
             snapshot: self.snapshot.clone(),
-            records: self.records.clone(),
+            records: self
+                .records
+                .iter()
+                .filter(|record| record.seq > after)
+                .cloned()
+                .collect(),
         }
     }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use baton_run::{
     EngineConfig, EventKind, MemoryStore, Payload, RecoverOptions, ReplayPolicy, Scope, SignalId,
-    SignalReceipt, SignalRequest, Status,
+    SignalReceipt, SignalRequest, Status, Store,
 };
 use baton_testkit::ScriptedDispatcher;
 use common::{Kind, open_wait, program, request};
@@ -105,4 +105,41 @@ async fn events_report_committed_facts_in_order() {
             "drained:completed"
         ]
     );
+}
+
+#[tokio::test]
+async fn a_store_keeping_history_still_loads_from_its_latest_snapshot() {
+    let ask = program(Kind::Ask, None);
+    let store = MemoryStore::keeping_history();
+    let mut config = EngineConfig::new(store.clone()).program(&ask);
+    config.snapshot_every = 1;
+    let first = baton_run::Engine::new(config);
+    let handle = first
+        .start(&ask, request("history", "q"))
+        .await
+        .expect("starts");
+    let wait = open_wait(&handle).await;
+    let tree = handle.tree();
+    let scope = Scope::new("acme").expect("valid");
+    let load = store.load(tree).await.expect("loads");
+    let snapshot = load.snapshot.expect("a snapshot was written");
+    assert!(load.records.iter().all(|r| r.seq > snapshot.seq));
+    assert_eq!(
+        store.records(tree).first().map(|r| r.seq),
+        Some(1),
+        "the history is kept"
+    );
+    drop(first);
+    let second = common::engine(Arc::new(store.clone()), &[&ask]);
+    let handle = second
+        .process::<serde_json::Value>(&scope, tree)
+        .await
+        .expect("recovers from the snapshot");
+    let answer = SignalRequest {
+        id: SignalId::new("answer").expect("valid"),
+        wait: Some(wait),
+        payload: Payload::encode(&true).expect("encodes"),
+    };
+    handle.signal(answer).await.expect("admitted");
+    assert_eq!(handle.output().await.expect("completes"), json!(true));
 }
