@@ -17,7 +17,7 @@
 //! - [`Adapter`]: any interaction as a typed `Program<I, O>`, a
 //!   three-stage workflow render → call → decode;
 //! - [`ScriptedModel`]: a deterministic local model for tests and demos;
-//! - with the `openai` feature, [`openai::OpenAiModel`]: an
+//! - with the `openai` feature, `openai::OpenAiModel`: an
 //!   OpenAI-compatible Chat Completions provider over HTTP.
 //!
 //! Depend on it (or on the facade's `baton::agent`) to build model-backed
