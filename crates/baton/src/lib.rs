@@ -15,11 +15,10 @@
 //! | [`workflow`] | `baton-workflow` | workflow stages as one program: transform, call, switch, fork, map, loop |
 //! | [`coordination`] | `baton-coordination` | an input gate, first-success racing, deadlines with a timer dispatcher |
 //! | [`agent`] | `baton-agent` | chat types, the model trait, typed output, the model-backed interaction, the adapter, a scripted model, providers |
+//! | [`team`] | `baton-team` | the team coordinator: a coordinator program turns each `Turn` into a `Decision` over worker tasks |
 //! | [`store`] | `baton-store-*` | durable store backends: [`store::sqlite`] (`baton-store-sqlite`, the embedded default) |
 //!
-//! The team coordinator (`baton::team`) is planned; it gains its module
-//! here in the change that lands its crate. The in-memory store stays where the contract is,
-//! at `baton::run::MemoryStore`.
+//! The in-memory store stays where the contract is, at `baton::run::MemoryStore`.
 //!
 //! ## Features
 //!
@@ -245,6 +244,9 @@ pub use baton_coordination as coordination;
 
 #[doc(inline)]
 pub use baton_agent as agent;
+
+#[doc(inline)]
+pub use baton_team as team;
 
 /// Durable store backends, each behind its cargo feature. The store
 /// contract and the in-memory store are in [`run`] (`baton::run::Store`,
