@@ -1,0 +1,454 @@
+//! The team definition stepped directly with scripted windows: the kernel's
+//! definition conformance, strict restore, and decision validation against
+//! a reference model (proptest).
+#![allow(missing_docs)]
+
+mod common;
+
+use std::sync::Arc;
+
+use baton_run::{
+    ChildKey, ChildOutcome, ChildSignal, Definition, Effect, EffectId, ExecutionState, Failure,
+    Payload, ProcessId, Program, Quota, Schema, Settlement, Signal, SignalBody, SignalId, StartId,
+    Termination, Transition,
+};
+use baton_team::{Binding, Config, Control, Decision, Mode, TaskRequest, compile};
+use baton_testkit::{ConformanceCase, definition_conformance};
+use common::*;
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+fn root() -> ProcessId {
+    ProcessId::root(&StartId::new("acme", "steps").expect("valid"))
+}
+
+fn child(key_text: &str) -> ProcessId {
+    ProcessId::child(root(), &key(key_text))
+}
+
+fn signal(index: u32, body: SignalBody) -> Signal {
+    Signal {
+        id: SignalId::for_effect(EffectId::new(root(), 99, index)),
+        wait: None,
+        body,
+    }
+}
+
+fn started(key_text: &str, refused: bool) -> Signal {
+    signal(
+        0,
+        SignalBody::ChildStarted {
+            effect: EffectId::new(root(), 0, 0),
+            key: key(key_text),
+            process: (!refused).then(|| child(key_text)),
+            failure: refused.then(|| Failure::contract("engine.child.tree_limit", "refused")),
+        },
+    )
+}
+
+fn drained(key_text: &str, termination: Termination) -> ChildOutcome {
+    ChildOutcome {
+        key: key(key_text),
+        process: child(key_text),
+        termination,
+    }
+}
+
+fn ready(children: Vec<ChildOutcome>) -> Signal {
+    signal(
+        1,
+        SignalBody::ChildrenReady {
+            effect: EffectId::new(root(), 0, 1),
+            children,
+        },
+    )
+}
+
+fn decided(turn: u64, decision: &Decision) -> ChildOutcome {
+    drained(
+        &format!("team.turn.{turn}"),
+        Termination::completed(Payload::encode(decision).expect("encodes")),
+    )
+}
+
+fn receipt(key_text: &str) -> Signal {
+    signal(
+        2,
+        SignalBody::ControlReceipt {
+            effect: EffectId::new(root(), 0, 2),
+            key: key(key_text),
+            result: Settlement::ok(Payload::null()),
+        },
+    )
+}
+
+fn worker_program(name: &str, input: Schema) -> Program {
+    Program::new(baton_run::ProgramConfig {
+        definition: Arc::new(Plain(
+            baton_run::Descriptor::new(name, "A worker.", input, Schema::any()).expect("valid"),
+        )),
+        dispatcher: None,
+        implementation: baton_run::implementation_digest("steps", "1"),
+        configuration: baton_run::configuration_digest(&name).expect("encodes"),
+    })
+}
+
+/// A descriptor-only worker (these tests never run workers).
+struct Plain(baton_run::Descriptor);
+
+impl Definition for Plain {
+    fn descriptor(&self) -> &baton_run::Descriptor {
+        &self.0
+    }
+    fn start(&self, _: &Payload) -> Result<Box<dyn baton_run::Execution>, baton_run::StepError> {
+        Err(baton_run::StepError::other("not run"))
+    }
+    fn restore(
+        &self,
+        _: &ExecutionState,
+    ) -> Result<Box<dyn baton_run::Execution>, baton_run::StepError> {
+        Err(baton_run::StepError::other("not run"))
+    }
+}
+
+/// A team over state `u32` and output `String` with workers `w.num`
+/// (integer input) and `w.text` (string input).
+fn team() -> Program<u32, String> {
+    compile::<u32, String>(Config {
+        name: "test.team".into(),
+        description: "A stepped team.".into(),
+        coordinator: Binding::new(&policy("steps 1", |turn| {
+            Ok(Decision::new(Mode::Continue, turn.state.clone()))
+        })),
+        workers: vec![
+            Binding::new(&worker_program("w.num", Schema::of::<i64>())),
+            Binding::new(&worker_program("w.text", Schema::of::<String>())),
+        ],
+        max_turns: Quota::Unlimited,
+        max_tasks: Quota::Finite(5),
+        max_concurrent_tasks: 3,
+        max_controls_per_turn: 2,
+    })
+    .expect("valid")
+}
+
+fn request_of(key_text: &str, worker: &str, input: Value) -> TaskRequest {
+    TaskRequest::new(key(key_text), name(worker), payload(input))
+}
+
+#[test]
+fn the_team_definition_keeps_the_kernel_contract() {
+    let team = team();
+    let state = payload(json!(7));
+    let first = Decision::new(Mode::Continue, state.clone())
+        .with_task(request_of("a", "w.num", json!(1)))
+        .with_task(request_of("b", "w.text", json!("x")));
+    let second =
+        Decision::new(Mode::Wait, state.clone()).with_control(Control::cancel(key("a"), "enough"));
+    let last = Decision::complete(state.clone(), payload(json!("done")));
+    let cases = vec![
+        ConformanceCase::new(
+            "complete on turn 1",
+            state.clone(),
+            vec![
+                vec![],
+                vec![
+                    started("team.turn.1", false),
+                    ready(vec![decided(1, &last)]),
+                ],
+            ],
+        ),
+        ConformanceCase::new(
+            "tasks, an outcome during a turn, a control, wait, complete",
+            state.clone(),
+            vec![
+                vec![],
+                vec![
+                    started("team.turn.1", false),
+                    ready(vec![decided(1, &first)]),
+                ],
+                vec![started("a", false), started("b", true)],
+                vec![
+                    started("team.turn.2", false),
+                    ready(vec![drained(
+                        "a",
+                        Termination::completed(payload(json!(2))),
+                    )]),
+                ],
+                vec![ready(vec![decided(2, &second)])],
+                vec![receipt("a")],
+                vec![
+                    started("team.turn.3", false),
+                    ready(vec![decided(3, &last)]),
+                ],
+            ],
+        ),
+        ConformanceCase::new(
+            "a refused coordinator",
+            state,
+            vec![vec![], vec![started("team.turn.1", true)]],
+        ),
+    ];
+    assert_eq!(
+        definition_conformance(team.definition().as_ref(), &cases),
+        11
+    );
+}
+
+#[test]
+fn restore_rejects_states_no_run_produces() {
+    let team = team();
+    let definition = team.definition();
+    let restore = |state: Value| definition.restore(&ExecutionState(payload(state)));
+    assert!(restore(json!({"initial": 7})).is_ok());
+    assert!(
+        restore(json!({"initial": null})).is_err(),
+        "the initial state fails u32"
+    );
+    assert!(restore(json!({"completed": true})).is_ok());
+    for bad in [
+        json!({}),
+        json!({"completed": true, "initial": 7}),
+        json!({"completed": false, "initial": 7}),
+        json!({"initial": 7, "extra": 1}),
+        json!({"initial": 7, "tasks": []}),
+        json!({"turn": {"number": 0, "state": 7}}),
+        json!({"turn": {"number": 1, "state": "seven"}}),
+        json!({"turn": {"number": 1, "state": 7, "outcome_arrived": true}}),
+        json!({"turn": {"number": 1, "state": 7, "decided": {"mode": "wait", "tasks": 0}, "coordinator": child("team.turn.1")}}),
+        json!({"turn": {"number": 1, "state": 7}, "tasks": [{"request": {"key": "a", "worker": "w.num", "input": 1}}]}),
+        json!({"turn": {"number": 1, "state": 7}, "tasks": [
+            {"request": {"key": "a", "worker": "w.num", "input": 1}, "process": child("a")},
+            {"request": {"key": "a", "worker": "w.num", "input": 1}, "process": child("b")}]}),
+        json!({"turn": {"number": 1, "state": 7}, "tasks": [
+            {"request": {"key": "a", "worker": "w.none", "input": 1}, "process": child("a")}]}),
+        json!({"turn": {"number": 1, "state": 7}, "tasks": [
+            {"request": {"key": "a", "worker": "w.num", "input": 1}, "rejection": {"kind": "contract", "code": "x.y", "message": "m"}, "process": child("a")}]}),
+    ] {
+        let text = bad.to_string();
+        let error = restore(bad)
+            .err()
+            .unwrap_or_else(|| panic!("{text} restored"));
+        assert!(
+            ["team.state.invalid", "execution.payload.invalid"].contains(&error.failure().code()),
+            "{text}: {error}"
+        );
+    }
+    assert!(
+        restore(json!({"turn": {"number": 2, "state": 7, "coordinator": child("team.turn.2")}, "tasks": [
+            {"request": {"key": "a", "worker": "w.num", "input": 1}, "process": child("a")}]}))
+        .is_ok()
+    );
+}
+
+#[test]
+fn stepping_out_of_protocol_is_a_protocol_failure() {
+    let team = team();
+    let mut run = team.definition().start(&payload(json!(7))).expect("starts");
+    run.step(&[]).expect("turn 1 opens");
+    let Err(error) = run.step(&[started("elsewhere", false)]) else {
+        panic!("an unexpected start result was accepted");
+    };
+    assert_eq!(error.failure().code(), "team.protocol.invalid");
+}
+
+/// One history before the decision under test.
+#[derive(Clone, Copy, Debug)]
+struct History {
+    /// Tasks a and c drained in a `wait` before turn 2 (nothing runs).
+    drained_before: bool,
+    /// Task c's outcome arrives together with coordinator 2's outcome.
+    arrived_during: bool,
+}
+
+/// Steps the team through turn 1 (tasks a: w.num started, b refused,
+/// c: w.text started) into turn 2 and returns turn 2's result for `decision`.
+fn run_turn_two(history: History, decision: &Decision) -> Result<Transition, Failure> {
+    let team = team();
+    let mut run = team.definition().start(&payload(json!(7))).expect("starts");
+    run.step(&[]).expect("turn 1 opens");
+    let mode = if history.drained_before {
+        Mode::Wait
+    } else {
+        Mode::Continue
+    };
+    let first = Decision::new(mode, payload(json!(7)))
+        .with_task(request_of("a", "w.num", json!(1)))
+        .with_task(request_of("b", "w.num", json!(2)))
+        .with_task(request_of("c", "w.text", json!("x")));
+    run.step(&[
+        started("team.turn.1", false),
+        ready(vec![decided(1, &first)]),
+    ])
+    .expect("applies");
+    run.step(&[started("a", false), started("b", true), started("c", false)])
+        .expect("receipts");
+    let done = || Termination::completed(payload(json!(0)));
+    if history.drained_before {
+        run.step(&[ready(vec![drained("a", done()), drained("c", done())])])
+            .expect("waited");
+    }
+    let mut children = Vec::new();
+    if history.arrived_during && !history.drained_before {
+        children.push(drained("c", done()));
+    }
+    children.push(decided(2, decision));
+    run.step(&[started("team.turn.2", false), ready(children)])
+        .map_err(|error| error.failure().clone())
+}
+
+/// The reference model of the validation rules.
+fn model_accepts(history: History, decision: &Decision) -> bool {
+    let integer = |p: &Payload| p.to_value().is_i64();
+    let string = |p: &Payload| p.to_value().is_string();
+    if !(integer(&decision.state) && decision.state.to_value().as_i64().is_some_and(|n| n >= 0)) {
+        return false;
+    }
+    if let Some(output) = &decision.output {
+        return decision.mode.is_none()
+            && decision.tasks.is_empty()
+            && decision.controls.is_empty()
+            && string(output);
+    }
+    let Some(mode) = decision.mode else {
+        return false;
+    };
+    let running = if history.drained_before {
+        0
+    } else if history.arrived_during {
+        1
+    } else {
+        2
+    };
+    let arrived = history.arrived_during && !history.drained_before;
+    let new = decision.tasks.len();
+    if 3 + new > 5 || running + new > 3 || decision.controls.len() > 2 {
+        return false;
+    }
+    let mut keys: Vec<&str> = vec!["a", "b", "c"];
+    for task in &decision.tasks {
+        let key = task.key.as_str();
+        if key.starts_with("team.turn.") || keys.contains(&key) {
+            return false;
+        }
+        keys.push(key);
+        let fits = match task.worker.as_str() {
+            "w.num" => integer(&task.input),
+            "w.text" => string(&task.input),
+            _ => false,
+        };
+        if !fits {
+            return false;
+        }
+    }
+    if decision
+        .controls
+        .iter()
+        .any(|control| !["a", "c"].contains(&control.task.as_str()))
+    {
+        return false;
+    }
+    !(mode == Mode::Wait && running == 0 && new == 0 && !arrived)
+}
+
+fn decisions() -> impl Strategy<Value = Decision> {
+    let mode = prop_oneof![
+        Just(None),
+        Just(Some(Mode::Continue)),
+        Just(Some(Mode::Wait))
+    ];
+    let state = prop_oneof![Just(json!(7)), Just(json!("seven")), Just(json!(-1))];
+    let task = (
+        prop::sample::select(vec!["a", "b", "d", "e", "team.turn.9"]),
+        prop::sample::select(vec!["w.num", "w.text", "w.none"]),
+        prop_oneof![Just(json!(1)), Just(json!("s"))],
+    )
+        .prop_map(|(k, w, input)| request_of(k, w, input));
+    let control = (
+        prop::sample::select(vec!["a", "b", "c", "z"]),
+        any::<bool>(),
+    )
+        .prop_map(|(task, cancel)| {
+            if cancel {
+                Control::cancel(key(task), "stop")
+            } else {
+                Control::signal(
+                    key(task),
+                    ChildSignal {
+                        id: SignalId::new("s-1").expect("valid"),
+                        wait: None,
+                        payload: payload(json!("hi")),
+                    },
+                )
+            }
+        });
+    let output = prop_oneof![
+        3 => Just(None),
+        1 => Just(Some(json!("done"))),
+        1 => Just(Some(json!(null))),
+        1 => Just(Some(json!(5))),
+    ];
+    (
+        mode,
+        state,
+        prop::collection::vec(task, 0..4),
+        prop::collection::vec(control, 0..4),
+        output,
+    )
+        .prop_map(|(mode, state, tasks, controls, output)| Decision {
+            mode,
+            state: payload(state),
+            tasks,
+            controls,
+            output: output.map(payload),
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, .. ProptestConfig::default() })]
+    #[test]
+    fn decisions_are_accepted_exactly_as_the_model_accepts_them(
+        decision in decisions(),
+        drained_before in any::<bool>(),
+        arrived_during in any::<bool>(),
+    ) {
+        let history = History { drained_before, arrived_during };
+        let expected = model_accepts(history, &decision);
+        match run_turn_two(history, &decision) {
+            Err(failure) => {
+                prop_assert!(!expected, "rejected a decision the model accepts: {failure}");
+                prop_assert_eq!(failure.code(), "team.decision.invalid");
+            }
+            Ok(transition) => {
+                prop_assert!(expected, "accepted a decision the model rejects: {transition:?}");
+                match transition {
+                    Transition::Complete { output, .. } => {
+                        prop_assert_eq!(Some(output), decision.output.clone());
+                    }
+                    Transition::Continue { effects, .. } => {
+                        let actions = decision.tasks.len() + decision.controls.len();
+                        if actions > 0 {
+                            prop_assert_eq!(effects.len(), actions);
+                            for (effect, task) in effects.iter().zip(&decision.tasks) {
+                                let is_start = matches!(effect, Effect::StartChild { key, .. } if key == &task.key);
+                                prop_assert!(is_start, "{effect:?}");
+                            }
+                            for (effect, control) in effects[decision.tasks.len()..].iter().zip(&decision.controls) {
+                                let target: &ChildKey = match effect {
+                                    Effect::SignalChild { key, .. } | Effect::CancelChild { key, .. } => key,
+                                    other => panic!("not a control: {other:?}"),
+                                };
+                                prop_assert_eq!(target, &control.task);
+                            }
+                        } else {
+                            // No actions: a wait on running tasks or the next turn at once.
+                            let ok = matches!(effects.as_slice(), [Effect::WaitChildren { .. }] | [Effect::StartChild { .. }, Effect::WaitChildren { .. }]);
+                            prop_assert!(ok, "{effects:?}");
+                        }
+                    }
+                    other => prop_assert!(false, "unexpected {other:?}"),
+                }
+            }
+        }
+    }
+}
