@@ -16,6 +16,12 @@
 //!   number; the figure is wall time per child lifecycle.
 //! - `idle`: many roots each open an external wait and sleep on it; the
 //!   figure is resident memory growth per waiting process.
+//! - `team1000` (ARCHITECTURE §10 W3): a team whose scripted coordinator
+//!   requests 100 worker tasks (a one-stage workflow doubling its index)
+//!   with mode `wait`, keeps answering `wait` until all 100 have drained,
+//!   then requests the next 100, ten rounds, and completes with the sum;
+//!   the figure is wall time per task, and the run also reports the
+//!   coordinator turns.
 //!
 //! Each workload runs in a child process of its own (this binary again, with
 //! the hidden `--worker` flag) so that its peak resident memory is its own;
@@ -36,11 +42,15 @@ use anyhow::{Context, Result, bail};
 use baton::run::log::RecordKind;
 use baton::run::{
     Boundary, BoxFuture, Budget, ChildKey, Condition, Definition, Descriptor, DispatchCall,
-    Dispatcher, Effect, Engine, EngineConfig, Execution, ExecutionState, MemoryStore, Payload,
-    ProcessHandle, Program, ProgramConfig, ReplayPolicy, Schema, Settlement, Signal, SignalBody,
-    StartId, StartRequest, Status, StepError, Transition, TreeId, WaitId, configuration_digest,
-    implementation_digest,
+    Dispatcher, Effect, Engine, EngineConfig, Execution, ExecutionState, Failure, MemoryStore,
+    Name, Payload, ProcessHandle, Program, ProgramConfig, Quota, ReplayPolicy, Schema, Settlement,
+    Signal, SignalBody, StartId, StartRequest, Status, StepError, Transition, TreeId, TreeLimits,
+    WaitId, configuration_digest, implementation_digest,
 };
+use baton::team::{
+    Binding, Config as TeamConfig, Decision, Mode, Policy, PolicyConfig, TaskRequest, Turn, compile,
+};
+use baton::workflow::{Config as WorkflowConfig, Workflow, transform};
 use serde::{Deserialize, Serialize};
 
 /// Help text, printed for `--help` and after a usage error.
@@ -51,6 +61,7 @@ workloads (all when none is named):
   step       wall time per step of a root that loops Continue with a counter state
   dispatch   wall time per dispatch to an echo dispatcher (pending + settled + step)
   children   wall time per child lifecycle (start, complete, wait), ten children at a time
+  team1000   wall time per worker task of a team running 1000 tasks, 100 at a time (also: coordinator turns)
   idle       resident memory per process waiting on an external wait
 
 options:
@@ -78,14 +89,17 @@ enum Workload {
     Idle,
     /// Child lifecycles: start, complete, wait for, ten at a time.
     Children,
+    /// A team running 1000 worker tasks, 100 at a time.
+    Team1000,
 }
 
 impl Workload {
     /// Every workload, in the order they run.
-    const ALL: [Workload; 4] = [
+    const ALL: [Workload; 5] = [
         Workload::Step,
         Workload::Dispatch,
         Workload::Children,
+        Workload::Team1000,
         Workload::Idle,
     ];
 
@@ -95,6 +109,7 @@ impl Workload {
             Workload::Dispatch => "dispatch",
             Workload::Idle => "idle",
             Workload::Children => "children",
+            Workload::Team1000 => "team1000",
         }
     }
 
@@ -109,6 +124,7 @@ impl Workload {
             Workload::Dispatch => "us/dispatch",
             Workload::Idle => "bytes/process",
             Workload::Children => "us/child",
+            Workload::Team1000 => "us/task",
         }
     }
 
@@ -119,6 +135,7 @@ impl Workload {
             Workload::Dispatch => "dispatch",
             Workload::Idle => "process",
             Workload::Children => "child",
+            Workload::Team1000 => "task",
         }
     }
 }
@@ -200,6 +217,7 @@ impl Options {
             Workload::Dispatch => self.dispatches,
             Workload::Idle => self.idle as u64,
             Workload::Children => self.children,
+            Workload::Team1000 => TEAM_ROUNDS * TEAM_BATCH,
         }
     }
 }
@@ -276,6 +294,9 @@ struct Sample {
     cpu: Option<f64>,
     /// Log record bytes per unit of work.
     bytes_written: f64,
+    /// Coordinator turns (`team1000` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    turns: Option<u64>,
 }
 
 /// What a worker process reports.
@@ -309,6 +330,9 @@ struct Line {
     /// Median CPU microseconds (all threads) per unit, for timed workloads.
     #[serde(skip_serializing_if = "Option::is_none")]
     cpu_median: Option<f64>,
+    /// Median coordinator turns per run (`team1000` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    turns: Option<f64>,
 }
 
 /// The median of sorted values (the mean of the middle two for an even count).
@@ -356,7 +380,7 @@ fn orchestrate(options: &Options) -> Result<()> {
             Workload::Idle => (0..options.runs)
                 .map(|_| spawn_worker(workload, options, 1, false))
                 .collect::<Result<Vec<_>>>()?,
-            Workload::Step | Workload::Dispatch | Workload::Children => {
+            Workload::Step | Workload::Dispatch | Workload::Children | Workload::Team1000 => {
                 vec![spawn_worker(workload, options, options.runs, true)?]
             }
         };
@@ -378,6 +402,10 @@ fn orchestrate(options: &Options) -> Result<()> {
             peak_rss_bytes,
             bytes_written: round(median(&bytes)),
             cpu_median: (!cpu.is_empty()).then(|| round(median(&cpu))),
+            turns: {
+                let turns = sorted(samples.iter().filter_map(|s| s.turns.map(|t| t as f64)));
+                (!turns.is_empty()).then(|| median(&turns))
+            },
         };
         println!("{}", serde_json::to_string(&line)?);
         results.push(line);
@@ -490,6 +518,7 @@ async fn worker(workload: Workload, options: &Options) -> Result<()> {
             Workload::Dispatch => dispatch_run(run, options.dispatches).await?,
             Workload::Idle => idle_run(run, options.idle).await?,
             Workload::Children => children_run(run, options.children).await?,
+            Workload::Team1000 => team_run(run).await?,
         };
         samples.push(sample);
     }
@@ -549,6 +578,7 @@ async fn step_run(run: usize, steps: u64) -> Result<Sample> {
         figure: elapsed.as_secs_f64() * 1e6 / steps as f64,
         cpu: Some(cpu as f64 / 1e3 / steps as f64),
         bytes_written: bytes as f64 / adopted as f64,
+        turns: None,
     })
 }
 
@@ -574,6 +604,7 @@ async fn dispatch_run(run: usize, dispatches: u64) -> Result<Sample> {
         figure: elapsed.as_secs_f64() * 1e6 / dispatches as f64,
         cpu: Some(cpu as f64 / 1e3 / dispatches as f64),
         bytes_written: bytes as f64 / dispatches as f64,
+        turns: None,
     })
 }
 
@@ -598,6 +629,7 @@ async fn children_run(run: usize, children: u64) -> Result<Sample> {
         figure: elapsed.as_secs_f64() * 1e6 / children as f64,
         cpu: Some(cpu as f64 / 1e3 / children as f64),
         bytes_written: bytes as f64 / children as f64,
+        turns: None,
     })
 }
 
@@ -640,6 +672,7 @@ async fn idle_run(run: usize, roots: usize) -> Result<Sample> {
         figure: after.saturating_sub(before) as f64 / roots as f64,
         cpu: None,
         bytes_written: bytes as f64 / roots as f64,
+        turns: None,
     })
 }
 
@@ -823,6 +856,7 @@ impl Execution for Run {
                     wait,
                 })
             }
+            Workload::Team1000 => Err(StepError::other("team1000 runs a team, not this program")),
         }
     }
 
@@ -903,6 +937,109 @@ fn echo_child() -> Program {
     })
 }
 
+/// Rounds of a `team1000` run.
+const TEAM_ROUNDS: u64 = 10;
+
+/// Worker tasks per `team1000` round.
+const TEAM_BATCH: u64 = 100;
+
+/// The `team1000` coordinator: while tasks run, `wait`; when none runs,
+/// request the next round of 100 (each task's input is its index); after
+/// ten rounds, complete with the sum of the outputs.
+fn team_decide(turn: &Turn) -> Result<Decision, Failure> {
+    let bad = |message: String| Failure::execution("bench.team.unexpected", message);
+    let state = turn.state.clone();
+    if turn.running().next().is_some() {
+        return Ok(Decision::new(Mode::Wait, state));
+    }
+    let done = turn.tasks.len() as u64;
+    if done < TEAM_ROUNDS * TEAM_BATCH {
+        let worker = Name::new("bench.double").map_err(|e| bad(e.to_string()))?;
+        let mut decision = Decision::new(Mode::Wait, state);
+        for index in done..done + TEAM_BATCH {
+            decision = decision.with_task(TaskRequest::new(
+                ChildKey::new(format!("t{index}")).map_err(|e| bad(e.to_string()))?,
+                worker.clone(),
+                Payload::encode(&index).map_err(|e| bad(e.to_string()))?,
+            ));
+        }
+        return Ok(decision);
+    }
+    let mut sum = 0u64;
+    for task in &turn.tasks {
+        let output = task
+            .output()
+            .ok_or_else(|| bad(format!("task {} did not complete", task.key())))?;
+        sum += output.decode::<u64>().map_err(|e| bad(e.to_string()))?;
+    }
+    let output = Payload::encode(&sum).map_err(|e| bad(e.to_string()))?;
+    Ok(Decision::complete(turn.state.clone(), output))
+}
+
+/// `team1000`: a team runs ten rounds of 100 worker tasks.
+async fn team_run(run: usize) -> Result<Sample> {
+    let coordinator = Policy::new(PolicyConfig {
+        name: "bench.coordinator".into(),
+        description: "Requests rounds of tasks and waits for them.".into(),
+        build: format!("{} {}", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
+        decide: Arc::new(team_decide),
+    })?
+    .program();
+    let worker = Workflow::new(WorkflowConfig {
+        name: "bench.double".into(),
+        description: "Doubles its index.".into(),
+        build: format!("{} {}", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
+        stages: vec![transform("double", |index: u64| Ok(index * 2))],
+    })?
+    .program::<u64, u64>();
+    let team = compile::<u64, u64>(TeamConfig {
+        name: "bench.team".into(),
+        description: "Runs 1000 worker tasks, 100 at a time.".into(),
+        coordinator: Binding::new(&coordinator),
+        workers: vec![Binding::new(&worker)],
+        max_turns: Quota::Unlimited,
+        max_tasks: Quota::Unlimited,
+        max_concurrent_tasks: TEAM_BATCH as u32,
+        max_controls_per_turn: 1,
+    })?;
+    let store = MemoryStore::keeping_history();
+    let mut config = EngineConfig::new(store.clone()).program(&team);
+    config.limits = TreeLimits {
+        // 100 tasks and the coordinator at once.
+        max_active_children: TEAM_BATCH as u32 + 8,
+        ..TreeLimits::default()
+    };
+    let engine = Engine::new(config);
+    let start = StartRequest::new(StartId::new("bench", format!("team-{run}"))?, 0u64);
+
+    let (cpu0, t0) = (cpu_ns(), now());
+    let handle = engine.start(&team, start).await?;
+    let termination = handle.join().await?;
+    let (elapsed, cpu) = (now().duration_since(t0), cpu_ns().saturating_sub(cpu0));
+
+    let tasks = TEAM_ROUNDS * TEAM_BATCH;
+    let expected = tasks * (tasks - 1);
+    let output: Option<u64> = termination.output().and_then(|o| o.decode().ok());
+    if output != Some(expected) {
+        bail!("the team ended {termination}, not with {expected}");
+    }
+    let view = handle.inspect().await?;
+    let turns = view
+        .root()
+        .children
+        .keys()
+        .filter(|key| key.as_str().starts_with(baton::team::RESERVED_PREFIX))
+        .count() as u64;
+    let (bytes, _) = written(&store, handle.tree());
+    engine.close().await;
+    Ok(Sample {
+        figure: elapsed.as_secs_f64() * 1e6 / tasks as f64,
+        cpu: Some(cpu as f64 / 1e3 / tasks as f64),
+        bytes_written: bytes as f64 / tasks as f64,
+        turns: Some(turns),
+    })
+}
+
 /// Settles every dispatch at once with its own request.
 struct Echo;
 
@@ -952,5 +1089,7 @@ mod tests {
         assert!(children.figure > 0.0 && children.bytes_written > 0.0);
         let idle = idle_run(0, 20).await.unwrap();
         assert!(idle.bytes_written > 0.0);
+        let team = team_run(0).await.unwrap();
+        assert!(team.figure > 0.0 && team.turns.is_some_and(|turns| turns >= 2 * TEAM_ROUNDS));
     }
 }
