@@ -31,8 +31,9 @@ async fn open_wait(handle: &ProcessHandle<Answer>) -> Result<baton_run::WaitId, 
     Err("the gate never opened its wait".into())
 }
 
+/// Runs both races (public so the facade's example can run it too).
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let clock = ManualClock::new(Timestamp(1_000));
     let gate = InputGate::typed::<String, bool>("example.approval", "Asks to approve a deploy.")?
         .program::<String>();
