@@ -16,7 +16,9 @@ use anyhow::{Context, Result, anyhow, bail};
 use crate::tidy;
 
 /// The CI steps, in the order they run.
-pub const STEPS: &[&str] = &["fmt", "clippy", "test", "doctest", "rustdoc", "tidy"];
+pub const STEPS: &[&str] = &[
+    "fmt", "clippy", "test", "doctest", "rustdoc", "tidy", "readme",
+];
 
 /// Property-test case count used by the `test` step unless `PROPTEST_CASES` is already set.
 const DEFAULT_PROPTEST_CASES: &str = "64";
@@ -177,6 +179,7 @@ fn run_step(root: &Path, name: &str) -> Result<StepResult> {
             }
             Ok(StepResult::status(violations.is_empty()))
         }
+        "readme" => Ok(StepResult::status(crate::readme::run(root)?)),
         other => Err(anyhow!("no such CI step `{other}`")),
     }
 }

@@ -7,6 +7,7 @@
 //! See `docs/development.md` for what each step does and `docs/performance.md` for the bench.
 
 mod ci;
+mod readme;
 mod tidy;
 
 use std::ffi::OsString;
@@ -21,7 +22,7 @@ usage: cargo xtask <command>
 
 commands:
   ci [STEP...]   run the CI steps (all of them when none is named), in order:
-                 fmt, clippy, test, doctest, rustdoc, tidy
+                 fmt, clippy, test, doctest, rustdoc, tidy, readme
   tidy           run the tidy checks (dependency edges, crate docs, ignored tests, manifests)
   bench [ARG...] run the kernel benchmarks in release mode, passing ARGs to baton-bench
                  (`cargo xtask bench -- --help` lists them)

@@ -256,3 +256,8 @@ pub mod store {
     #[doc(inline)]
     pub use baton_store_sqlite as sqlite;
 }
+
+/// The README's library example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

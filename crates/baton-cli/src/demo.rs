@@ -1,0 +1,236 @@
+//! The demo programs: the worked example of the team specification and a
+//! pause scenario that waits for a human answer.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use baton::coordination::{Answer, InputGate};
+use baton::run::{
+    Engine, Failure, Payload, ProcessView, Program, Quota, Scope, StartId, StartRequest,
+    TreeLimits, TreeStatus, TreeView,
+};
+use baton::team::{Binding, Config, Decision, Mode, Policy, PolicyConfig, TaskRequest, Turn};
+
+// The worked example is the facade's `team_review` example; the command
+// line runs that very program.
+#[path = "../../baton/examples/team_review.rs"]
+#[allow(dead_code)]
+mod example;
+
+/// The scope the demo's trees run in.
+pub const SCOPE: &str = "demo";
+
+/// The question the pause scenario asks.
+pub const QUESTION: &str = "What should the team deploy?";
+
+/// Every program the command line may run or take up again.
+pub fn programs() -> Result<Vec<Program>> {
+    let example = example::team()
+        .map_err(|error| anyhow::anyhow!("cannot build the worked example: {error}"))?;
+    Ok(vec![example.erase(), pause_team()?.erase()])
+}
+
+/// Limits for the demo's trees (the defaults).
+pub fn limits() -> TreeLimits {
+    TreeLimits::default()
+}
+
+/// A start key no earlier run used: the time in milliseconds.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the command line names each new run by the wall clock"
+)]
+fn fresh_key(prefix: &str) -> String {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_millis();
+    format!("{prefix}-{millis}")
+}
+
+/// `baton demo`: runs the worked example to completion and prints its
+/// output and a summary of the run.
+pub async fn example(engine: &Engine, scope: &Scope, json: bool) -> Result<()> {
+    let team = example::team()
+        .map_err(|error| anyhow::anyhow!("cannot build the worked example: {error}"))?;
+    let id = StartId::new(scope.as_str(), fresh_key("example"))?;
+    let handle = engine
+        .start(&team, StartRequest::new(id, example::TASK.to_owned()))
+        .await?;
+    let output = handle
+        .output()
+        .await
+        .context("the worked example did not complete")?;
+    handle.join().await?;
+    let view = handle.inspect().await?;
+    print!("{}", summary(&view, &output, json));
+    Ok(())
+}
+
+/// Counts of a finished team run, read from its tree.
+pub struct Counts {
+    /// Coordinator turns (children keyed `team.turn.<n>`).
+    pub turns: usize,
+    /// Worker tasks (every other child of the root).
+    pub tasks: usize,
+}
+
+/// Turns and tasks of a team tree.
+pub fn counts(view: &TreeView) -> Counts {
+    let keys: Vec<&str> = view
+        .root()
+        .children
+        .keys()
+        .map(|key| key.as_str())
+        .collect();
+    let turns = keys
+        .iter()
+        .filter(|key| key.starts_with(baton::team::RESERVED_PREFIX))
+        .count();
+    Counts {
+        turns,
+        tasks: keys.len() - turns,
+    }
+}
+
+fn summary(view: &TreeView, output: &str, json: bool) -> String {
+    let counts = counts(view);
+    let root: &ProcessView = view.root();
+    let tasks: Vec<String> = root
+        .children
+        .iter()
+        .filter(|(key, _)| !key.as_str().starts_with(baton::team::RESERVED_PREFIX))
+        .filter_map(|(key, id)| view.process(*id).map(|p| format!("{key} {}", p.status)))
+        .collect();
+    if json {
+        return format!(
+            "{}\n",
+            serde_json::json!({
+                "output": output,
+                "tree": view.tree.to_string(),
+                "turns": counts.turns,
+                "tasks": counts.tasks,
+                "usage": root.usage,
+                "granted": root.granted,
+                "log_head_seq": view.head_seq,
+                "log_head": view.head.to_string(),
+            })
+        );
+    }
+    format!(
+        "{output}\n\ntree    {}\nturns   {}\ntasks   {} ({})\nbudget  the team used {} steps, {} effects and {} signals itself\nlog     {} records, head {}\n",
+        view.tree,
+        counts.turns,
+        counts.tasks,
+        tasks.join(", "),
+        root.usage.steps,
+        root.usage.effects,
+        root.usage.signals,
+        view.head_seq,
+        view.head,
+    )
+}
+
+/// The pause scenario's team: a scripted coordinator asks an input gate for
+/// an instruction, waits for it, and completes with the answer.
+pub fn pause_team() -> Result<Program<String, String>> {
+    let gate =
+        InputGate::typed::<String, String>("demo.instruction", "Ask a person for an instruction.")?;
+    let coordinator = Policy::new(PolicyConfig {
+        name: "demo.pause_coordinator".into(),
+        description: "Ask for an instruction, wait for it, act on it.".into(),
+        build: "baton-cli demo pause 1".into(),
+        decide: std::sync::Arc::new(decide_pause),
+    })?;
+    let budget = baton::run::Budget::unlimited()
+        .with_steps(64)
+        .with_effects(32)
+        .with_signals(64);
+    Ok(baton::team::compile::<String, String>(Config {
+        name: "demo.pause".into(),
+        description: "A team that waits for a human instruction.".into(),
+        coordinator: Binding::new(&coordinator.program()).with_budget(budget.clone()),
+        workers: vec![Binding::new(&gate.program::<String>()).with_budget(budget)],
+        max_turns: Quota::Finite(3),
+        max_tasks: Quota::Finite(1),
+        max_concurrent_tasks: 1,
+        max_controls_per_turn: 1,
+    })?)
+}
+
+fn decide_pause(turn: &Turn) -> Result<Decision, Failure> {
+    let fail = |message: String| Failure::contract("demo.pause.unexpected", message);
+    match turn.number {
+        1 => {
+            let key = baton::run::ChildKey::new("instruction").map_err(|e| fail(e.to_string()))?;
+            let worker =
+                baton::run::Name::new("demo.instruction").map_err(|e| fail(e.to_string()))?;
+            let question = Payload::encode(&QUESTION).map_err(|e| fail(e.to_string()))?;
+            Ok(Decision::new(Mode::Wait, turn.state.clone())
+                .with_task(TaskRequest::new(key, worker, question)))
+        }
+        2 => {
+            let task = turn
+                .task("instruction")
+                .ok_or_else(|| fail("the instruction task is missing".into()))?;
+            let output = task
+                .output()
+                .ok_or_else(|| fail("the instruction was not answered".into()))?;
+            let answer: Answer = output.decode().map_err(|e| fail(e.to_string()))?;
+            let instruction: String = answer.payload.decode().map_err(|e| fail(e.to_string()))?;
+            let task_text: String = turn.state.decode().map_err(|e| fail(e.to_string()))?;
+            let done = format!(
+                "{task_text}: done as instructed ({instruction}), answer {}",
+                answer.id
+            );
+            Ok(Decision::complete(
+                turn.state.clone(),
+                Payload::encode(&done).map_err(|e| fail(e.to_string()))?,
+            ))
+        }
+        other => Err(fail(format!("unexpected turn {other}"))),
+    }
+}
+
+/// `baton demo --pause`: starts the pause scenario and returns once the team
+/// waits for its instruction, printing how to answer.
+pub async fn pause(engine: &Engine, scope: &Scope, json: bool, hold: bool) -> Result<()> {
+    let team = pause_team()?;
+    let id = StartId::new(scope.as_str(), fresh_key("pause"))?;
+    let handle = engine
+        .start(&team, StartRequest::new(id, "release 1.4".to_owned()))
+        .await?;
+    let tree = handle.tree();
+    let view = crate::settle(engine, scope, tree).await?;
+    if view.status != TreeStatus::Waiting {
+        bail!("the pause scenario did not wait (it is {})", view.status);
+    }
+    let wait = view
+        .processes
+        .iter()
+        .flat_map(|p| p.open_waits.iter())
+        .next()
+        .context("the team waits but no wait is open")?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ "tree": tree.to_string(), "wait": wait.id.to_string(), "question": QUESTION })
+        );
+    } else {
+        println!("the team is waiting for an instruction: {QUESTION}");
+        println!("process {tree}");
+        println!("wait    {}", wait.id);
+        println!(
+            "continue with: baton answer {tree} --wait {} '\"ship it\"'",
+            wait.id
+        );
+    }
+    if hold {
+        // For tests of crash recovery: stay alive, holding the tree's lease,
+        // until the process is killed.
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        std::future::pending::<()>().await;
+    }
+    Ok(())
+}

@@ -1,0 +1,205 @@
+//! Tables and trees for people, JSON for machines.
+
+use std::fmt::Write as _;
+
+use baton::run::log::Record;
+use baton::run::{Dimension, ProcessView, Quota, TreeMeta, TreeView};
+use serde_json::{Value, json};
+
+/// `baton ps`.
+pub fn ps(trees: &[TreeMeta], as_json: bool) -> String {
+    if as_json {
+        return lines(trees.iter().map(|meta| {
+            json!({
+                "tree": meta.tree.to_string(),
+                "scope": meta.scope.to_string(),
+                "status": meta.status.as_str(),
+                "updated_ms": meta.updated.millis(),
+            })
+        }));
+    }
+    if trees.is_empty() {
+        return "no trees\n".to_owned();
+    }
+    let mut out = format!("{:<35} {:<16} {:<16}\n", "TREE", "SCOPE", "STATUS");
+    for meta in trees {
+        let _ = writeln!(
+            out,
+            "{:<35} {:<16} {:<16}",
+            meta.tree.to_string(),
+            meta.scope.to_string(),
+            meta.status.as_str()
+        );
+    }
+    out
+}
+
+fn lines(values: impl Iterator<Item = Value>) -> String {
+    values.map(|value| format!("{value}\n")).collect()
+}
+
+fn quota(used: u64, quota: Quota) -> String {
+    match quota {
+        Quota::Unlimited => format!("{used}"),
+        Quota::Finite(max) => format!("{used}/{max}"),
+    }
+}
+
+fn budget_line(process: &ProcessView) -> String {
+    let spent =
+        |dimension: &Dimension| process.usage.used(dimension) + process.granted.used(dimension);
+    let mut parts = vec![
+        format!(
+            "steps {}",
+            quota(spent(&Dimension::Steps), process.budget.steps)
+        ),
+        format!(
+            "effects {}",
+            quota(spent(&Dimension::Effects), process.budget.effects)
+        ),
+        format!(
+            "signals {}",
+            quota(spent(&Dimension::Signals), process.budget.signals)
+        ),
+    ];
+    for (meter, used) in &process.usage.meters {
+        parts.push(format!(
+            "{meter} {}",
+            quota(*used, process.budget.meter(meter))
+        ));
+    }
+    parts.join(", ")
+}
+
+/// `baton inspect`: the process tree with statuses, budgets, waits and unknown effects.
+pub fn tree(view: &TreeView, as_json: bool) -> String {
+    if as_json {
+        return format!(
+            "{}\n",
+            serde_json::to_string(view).unwrap_or_else(|_| "{}".to_owned())
+        );
+    }
+    let mut out = format!(
+        "tree {}  scope {}  status {}  log {} records\n",
+        view.tree, view.scope, view.status, view.head_seq
+    );
+    render_process(view, view.root(), 0, &mut out);
+    out
+}
+
+fn render_process(view: &TreeView, process: &ProcessView, depth: usize, out: &mut String) {
+    let indent = "  ".repeat(depth);
+    let name = process
+        .key
+        .as_ref()
+        .map_or_else(|| "(root)".to_owned(), ToString::to_string);
+    let _ = writeln!(
+        out,
+        "{indent}{name} {} {} [{}]  {}",
+        process.program,
+        process.id,
+        process.status,
+        budget_line(process)
+    );
+    for wait in &process.open_waits {
+        let _ = writeln!(
+            out,
+            "{indent}  open wait {} (key {}): answer with `baton answer {} --wait {} JSON`",
+            wait.id, wait.key, view.tree, wait.id
+        );
+    }
+    for effect in &process.unknown_effects {
+        let _ = writeln!(
+            out,
+            "{indent}  unknown effect {effect}: resolve with `baton resolve {} --effect {effect} JSON`",
+            view.tree
+        );
+    }
+    if let Some(termination) = &process.termination {
+        let detail = match (termination.output(), termination.failure()) {
+            (Some(output), _) => format!("output {output}"),
+            (_, Some(failure)) => format!("{}: {}", failure.code, failure.message),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "{indent}  ended {} ({}) {detail}",
+            termination.status(),
+            termination.cause()
+        );
+    }
+    for child in process.children.values() {
+        if let Some(child) = view.process(*child) {
+            render_process(view, child, depth + 1, out);
+        }
+    }
+}
+
+/// `baton log`.
+pub fn log(records: &[Record], as_json: bool) -> String {
+    if as_json {
+        return lines(records.iter().map(|record| {
+            json!({
+                "seq": record.seq,
+                "kind": record.kind.as_str(),
+                "hash": record.hash.to_string(),
+                "prev": record.prev.to_string(),
+                "bytes": record.body.len(),
+            })
+        }));
+    }
+    let mut out = format!("{:>5}  {:<18} {:>7}  {}\n", "SEQ", "KIND", "BYTES", "HASH");
+    for record in records {
+        let _ = writeln!(
+            out,
+            "{:>5}  {:<18} {:>7}  {}",
+            record.seq,
+            record.kind.as_str(),
+            record.body.len(),
+            record.hash
+        );
+    }
+    out
+}
+
+/// The result of driving a tree: its output when done, else its state.
+pub fn outcome(view: &TreeView, as_json: bool) -> String {
+    let root = view.root();
+    match (&root.termination, as_json) {
+        (Some(termination), false) => match termination.output() {
+            Some(output) => format!("{}\n", display_output(output.as_str())),
+            None => format!(
+                "tree {} ended {}: {}\n",
+                view.tree,
+                termination.status(),
+                termination
+                    .failure()
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            ),
+        },
+        _ => tree(view, as_json),
+    }
+}
+
+/// A JSON string output is printed as its text; anything else as JSON.
+pub fn display_output(json_text: &str) -> String {
+    match serde_json::from_str::<Value>(json_text) {
+        Ok(Value::String(text)) => text,
+        _ => json_text.to_owned(),
+    }
+}
+
+/// One line per recovered tree.
+pub fn recovered(view: &TreeView, as_json: bool) -> String {
+    if as_json {
+        return format!(
+            "{}\n",
+            json!({ "tree": view.tree.to_string(), "status": view.status.as_str(), "head_seq": view.head_seq })
+        );
+    }
+    format!(
+        "{}  recovered, now {} ({} records)\n",
+        view.tree, view.status, view.head_seq
+    )
+}

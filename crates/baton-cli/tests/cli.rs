@@ -1,0 +1,305 @@
+//! The `baton` binary, run as a user would: the demo, the pause → answer
+//! flow across processes, recovery after SIGKILL, every subcommand, and bad
+//! input that must fail with one clear line and change nothing.
+#![allow(missing_docs)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+const EXPECTED: &str =
+    "coordinator continued while input was pending; reviewed: inspect deployment";
+
+struct Dir {
+    dir: tempfile::TempDir,
+}
+
+impl Dir {
+    fn new() -> Dir {
+        Dir {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    fn baton(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_baton"))
+            .current_dir(self.dir.path())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("the binary runs")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let output = self.baton(args);
+        assert!(
+            output.status.success(),
+            "baton {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).expect("utf-8")
+    }
+
+    /// Runs a command that must fail: one line on stderr, non-zero exit.
+    fn fails(&self, args: &[&str]) -> String {
+        let output = self.baton(args);
+        assert!(!output.status.success(), "baton {args:?} succeeded");
+        let stderr = String::from_utf8(output.stderr).expect("utf-8");
+        assert_eq!(stderr.lines().count(), 1, "one line on stderr: {stderr:?}");
+        assert!(stderr.starts_with("error: "), "{stderr:?}");
+        assert!(!stderr.contains("panicked"), "{stderr:?}");
+        stderr
+    }
+
+    fn json_lines(&self, args: &[&str]) -> Vec<Value> {
+        self.ok(args)
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON line"))
+            .collect()
+    }
+
+    fn head_seq(&self, tree: &str) -> usize {
+        self.json_lines(&["log", tree, "--json"]).len()
+    }
+}
+
+/// Replaces ids, digests and times so output can be compared.
+fn redact(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(position) = rest.find(['p', 'w', 'e', 'b']) {
+        let (before, candidate) = rest.split_at(position);
+        out.push_str(before);
+        let prefix_len = if candidate.starts_with("b3:") { 3 } else { 2 };
+        let is_id = ["p_", "w_", "e_", "b3:"]
+            .iter()
+            .any(|p| candidate.starts_with(p))
+            && candidate[prefix_len..]
+                .chars()
+                .take_while(char::is_ascii_hexdigit)
+                .count()
+                >= 32;
+        if is_id {
+            let len = prefix_len
+                + candidate[prefix_len..]
+                    .chars()
+                    .take_while(char::is_ascii_hexdigit)
+                    .count();
+            out.push_str(&candidate[..prefix_len]);
+            out.push('…');
+            rest = &candidate[len..];
+        } else {
+            out.push_str(&candidate[..1]);
+            rest = &candidate[1..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[test]
+fn the_demo_prints_the_worked_example_and_a_summary_from_the_run() {
+    let dir = Dir::new();
+    let first = dir.ok(&["demo"]);
+    assert_eq!(first.lines().next(), Some(EXPECTED));
+    assert!(first.contains("\nturns   4\n"), "{first}");
+    assert!(
+        first.contains("\ntasks   2 (input canceled, review completed)\n"),
+        "{first}"
+    );
+    // A second run is a new collaboration.
+    let second = dir.ok(&["demo", "--json"]);
+    let summary: Value = serde_json::from_str(second.trim()).expect("json");
+    assert_eq!(summary["output"], EXPECTED);
+    let trees = dir.json_lines(&["ps", "--json"]);
+    assert_eq!(trees.len(), 2);
+    assert!(trees.iter().all(|t| t["status"] == "done"));
+    // The summary's counts are the tree's.
+    let view: Value = serde_json::from_str(&dir.ok(&[
+        "inspect",
+        summary["tree"].as_str().expect("tree"),
+        "--json",
+    ]))
+    .expect("json");
+    let children = view["processes"][0]["children"]
+        .as_object()
+        .expect("children");
+    let turns = children
+        .keys()
+        .filter(|k| k.starts_with("team.turn."))
+        .count();
+    assert_eq!(summary["turns"], turns);
+    assert_eq!(summary["tasks"], children.len() - turns);
+}
+
+#[test]
+fn pause_then_answer_in_another_process_completes_with_the_answer() {
+    let dir = Dir::new();
+    let paused: Value =
+        serde_json::from_str(dir.ok(&["demo", "--pause", "--json"]).trim()).expect("json");
+    let (tree, wait) = (
+        paused["tree"].as_str().expect("tree"),
+        paused["wait"].as_str().expect("wait"),
+    );
+    let waiting = dir.json_lines(&["ps", "--status", "waiting", "--json"]);
+    assert_eq!(waiting.len(), 1);
+    let inspect = redact(&dir.ok(&["inspect", tree]));
+    assert!(
+        inspect.contains("open wait w_… (key coordination.input)"),
+        "{inspect}"
+    );
+    let answered = dir.ok(&["answer", tree, "--wait", wait, "\"ship it\""]);
+    assert!(
+        answered.starts_with("release 1.4: done as instructed (ship it)"),
+        "{answered}"
+    );
+    assert_eq!(
+        dir.json_lines(&["ps", "--status", "done", "--json"]).len(),
+        1
+    );
+    assert!(dir.ok(&["log", tree, "--verify"]).contains("log verified"));
+}
+
+#[test]
+fn inspect_and_ps_output_is_stable() {
+    let dir = Dir::new();
+    let paused: Value =
+        serde_json::from_str(dir.ok(&["demo", "--pause", "--json"]).trim()).expect("json");
+    let tree = paused["tree"].as_str().expect("tree");
+    let ps = redact(&dir.ok(&["ps"]));
+    assert_eq!(
+        ps,
+        "TREE                                SCOPE            STATUS          \np_…  demo             waiting         \n"
+    );
+    let inspect = redact(&dir.ok(&["inspect", tree]));
+    let expected = "\
+tree p_…  scope demo  status waiting  log 10 records
+(root) demo.pause p_… [waiting]  steps 3, effects 4, signals 4
+  instruction demo.instruction p_… [waiting]  steps 2/64, effects 1/32, signals 1/64
+    open wait w_… (key coordination.input): answer with `baton answer p_… --wait w_… JSON`
+  team.turn.1 demo.pause_coordinator p_… [completed]  steps 1/64, effects 0/32, signals 0/64
+    ended completed (completion) output {\"mode\":\"wait\",\"state\":\"release 1.4\",\"tasks\":[{\"input\":\"What should the team deploy?\",\"key\":\"instruction\",\"worker\":\"demo.instruction\"}]}
+";
+    assert_eq!(inspect, expected);
+}
+
+#[test]
+fn recover_takes_over_a_tree_whose_process_was_killed_while_the_gate_was_open() {
+    let dir = Dir::new();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .current_dir(dir.dir.path())
+        .args(["demo", "--pause", "--hold", "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawns");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("reads");
+    let paused: Value = serde_json::from_str(line.trim()).expect("json");
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    let (tree, wait) = (
+        paused["tree"].as_str().expect("tree"),
+        paused["wait"].as_str().expect("wait"),
+    );
+    let recovered = dir.ok(&["recover"]);
+    assert!(recovered.contains("recovered, now waiting"), "{recovered}");
+    let answered = dir.ok(&["answer", tree, "--wait", wait, "\"roll back\""]);
+    assert!(answered.contains("(roll back)"), "{answered}");
+}
+
+#[test]
+fn cancel_and_resolve_report_their_outcome() {
+    let dir = Dir::new();
+    let paused: Value =
+        serde_json::from_str(dir.ok(&["demo", "--pause", "--json"]).trim()).expect("json");
+    let tree = paused["tree"].as_str().expect("tree");
+    // Nothing is unknown in this tree: resolving a made-up effect is refused.
+    let error = dir.fails(&[
+        "resolve",
+        tree,
+        "--effect",
+        "e_00000000000000000000000000000000",
+        "1",
+    ]);
+    assert!(error.contains("engine.effect.not_unknown"), "{error}");
+    let canceled = dir.ok(&["cancel", tree, "--reason", "not needed"]);
+    assert!(canceled.contains("status done"), "{canceled}");
+    assert!(
+        canceled.contains("ended canceled (host cancellation)"),
+        "{canceled}"
+    );
+}
+
+#[test]
+fn bad_input_fails_with_one_clear_line_and_changes_nothing() {
+    let dir = Dir::new();
+    // A missing store.
+    assert!(dir.fails(&["ps"]).contains("no store at"));
+    // An unusable path: its parent is a regular file (fails even as root).
+    let file = dir.dir.path().join("plain-file");
+    std::fs::write(&file, b"not a directory").expect("writes");
+    let unusable = file.join("baton.db");
+    let unusable = unusable.to_str().expect("utf-8");
+    assert!(dir.fails(&["--store", unusable, "demo"]).contains("cannot"));
+
+    let paused: Value =
+        serde_json::from_str(dir.ok(&["demo", "--pause", "--json"]).trim()).expect("json");
+    let (tree, wait) = (
+        paused["tree"].as_str().expect("tree"),
+        paused["wait"].as_str().expect("wait"),
+    );
+    let before = dir.head_seq(tree);
+
+    assert!(
+        dir.fails(&["--scope", "other", "inspect", tree])
+            .contains("engine.scope.mismatch")
+    );
+    assert!(
+        dir.fails(&["--scope", "other", "answer", tree, "--wait", wait, "\"x\""])
+            .contains("engine.scope.mismatch")
+    );
+    assert!(
+        dir.fails(&["inspect", "p_00000000000000000000000000000000"])
+            .contains("engine.tree.not_found")
+    );
+    assert!(
+        dir.fails(&["inspect", "not-an-id"])
+            .contains("is not a tree id")
+    );
+    assert!(
+        dir.fails(&["answer", tree, "--wait", wait, "{not json"])
+            .contains("not valid JSON")
+    );
+    // The gate's answer schema is a string: a number is a schema violation.
+    assert!(
+        dir.fails(&["answer", tree, "--wait", wait, "42"])
+            .contains("engine.signal.answer.invalid")
+    );
+    assert_eq!(dir.head_seq(tree), before, "nothing was written");
+
+    dir.ok(&["answer", tree, "--wait", wait, "\"ship it\""]);
+    let after = dir.head_seq(tree);
+    assert!(
+        dir.fails(&["answer", tree, "--wait", wait, "\"again\""])
+            .contains("no open wait")
+    );
+    assert_eq!(
+        dir.head_seq(tree),
+        after,
+        "answering a closed wait wrote nothing"
+    );
+
+    // A corrupt store file is refused, not rewritten.
+    let corrupt = dir.dir.path().join("corrupt.db");
+    std::fs::write(&corrupt, vec![7u8; 8192]).expect("writes");
+    let corrupt_text = corrupt.to_str().expect("utf-8");
+    assert!(
+        dir.fails(&["--store", corrupt_text, "ps"])
+            .contains("cannot open the store")
+    );
+    assert_eq!(std::fs::read(&corrupt).expect("reads"), vec![7u8; 8192]);
+}
