@@ -1090,6 +1090,8 @@ mod tests {
         let idle = idle_run(0, 20).await.unwrap();
         assert!(idle.bytes_written > 0.0);
         let team = team_run(0).await.unwrap();
-        assert!(team.figure > 0.0 && team.turns.is_some_and(|turns| turns >= 2 * TEAM_ROUNDS));
+        // One turn per round at least (when the round has drained by the
+        // next turn), plus the turn that outputs the sum.
+        assert!(team.figure > 0.0 && team.turns.is_some_and(|turns| turns > TEAM_ROUNDS));
     }
 }
