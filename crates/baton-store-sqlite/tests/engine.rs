@@ -3,6 +3,9 @@
 //! detection by editing the database file directly.
 #![allow(missing_docs)]
 
+// The very test programs of the kernel's engine tests, so the same
+// behaviour is checked on the SQLite store.
+#[path = "../../baton-run/tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;
