@@ -47,6 +47,8 @@ use baton::run::{
     Signal, SignalBody, StartId, StartRequest, Status, StepError, Transition, TreeId, TreeLimits,
     WaitId, configuration_digest, implementation_digest,
 };
+use baton::run::{EffectId, RecoverOptions, Scope, SignalId, SignalRequest};
+use baton::store::sqlite::SqliteStore;
 use baton::team::{
     Binding, Config as TeamConfig, Decision, Mode, Policy, PolicyConfig, TaskRequest, Turn, compile,
 };
@@ -91,15 +93,18 @@ enum Workload {
     Children,
     /// A team running 1000 worker tasks, 100 at a time.
     Team1000,
+    /// 1000 roots parked on a wait in SQLite, recovered and answered by a fresh engine.
+    Resume1000,
 }
 
 impl Workload {
     /// Every workload, in the order they run.
-    const ALL: [Workload; 5] = [
+    const ALL: [Workload; 6] = [
         Workload::Step,
         Workload::Dispatch,
         Workload::Children,
         Workload::Team1000,
+        Workload::Resume1000,
         Workload::Idle,
     ];
 
@@ -110,6 +115,7 @@ impl Workload {
             Workload::Idle => "idle",
             Workload::Children => "children",
             Workload::Team1000 => "team1000",
+            Workload::Resume1000 => "resume1000",
         }
     }
 
@@ -125,6 +131,7 @@ impl Workload {
             Workload::Idle => "bytes/process",
             Workload::Children => "us/child",
             Workload::Team1000 => "us/task",
+            Workload::Resume1000 => "ms/tree",
         }
     }
 
@@ -136,6 +143,7 @@ impl Workload {
             Workload::Idle => "process",
             Workload::Children => "child",
             Workload::Team1000 => "task",
+            Workload::Resume1000 => "tree",
         }
     }
 }
@@ -218,6 +226,7 @@ impl Options {
             Workload::Idle => self.idle as u64,
             Workload::Children => self.children,
             Workload::Team1000 => TEAM_ROUNDS * TEAM_BATCH,
+            Workload::Resume1000 => RESUME_TREES as u64,
         }
     }
 }
@@ -380,7 +389,11 @@ fn orchestrate(options: &Options) -> Result<()> {
             Workload::Idle => (0..options.runs)
                 .map(|_| spawn_worker(workload, options, 1, false))
                 .collect::<Result<Vec<_>>>()?,
-            Workload::Step | Workload::Dispatch | Workload::Children | Workload::Team1000 => {
+            Workload::Step
+            | Workload::Dispatch
+            | Workload::Children
+            | Workload::Team1000
+            | Workload::Resume1000 => {
                 vec![spawn_worker(workload, options, options.runs, true)?]
             }
         };
@@ -519,6 +532,7 @@ async fn worker(workload: Workload, options: &Options) -> Result<()> {
             Workload::Idle => idle_run(run, options.idle).await?,
             Workload::Children => children_run(run, options.children).await?,
             Workload::Team1000 => team_run(run).await?,
+            Workload::Resume1000 => resume_run(run).await?,
         };
         samples.push(sample);
     }
@@ -629,6 +643,80 @@ async fn children_run(run: usize, children: u64) -> Result<Sample> {
         figure: elapsed.as_secs_f64() * 1e6 / children as f64,
         cpu: Some(cpu as f64 / 1e3 / children as f64),
         bytes_written: bytes as f64 / children as f64,
+        turns: None,
+    })
+}
+
+/// Trees parked per `resume1000` run.
+const RESUME_TREES: usize = 1000;
+
+/// `resume1000` (W5): 1000 roots park on an input wait in a SQLite store;
+/// the engine closes, the store is reopened, and a fresh engine recovers
+/// every tree and answers it. The figure is milliseconds per tree for the
+/// recovery and answer phase (same process; the second phase reopens the
+/// database file as a new process would).
+async fn resume_run(run: usize) -> Result<Sample> {
+    let dir = std::env::temp_dir().join(format!("baton-bench-resume-{}-{run}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("resume.db");
+    let program = program(Workload::Idle, None)?;
+    {
+        let store = SqliteStore::open(&path)?;
+        let engine = Engine::new(EngineConfig::new(store).program(&program));
+        let mut handles = Vec::with_capacity(RESUME_TREES);
+        start_waiting(
+            &engine,
+            &program,
+            &format!("resume-{run}"),
+            RESUME_TREES,
+            &mut handles,
+        )
+        .await?;
+        engine.close().await;
+    }
+    let store = SqliteStore::open(&path)?;
+    let engine = Engine::new(EngineConfig::new(store.clone()).program(&program));
+    let (cpu0, t0) = (cpu_ns(), now());
+    let report = engine.recover(RecoverOptions::default()).await?;
+    if report.len() != RESUME_TREES || report.iter().any(|(_, result)| result.is_err()) {
+        bail!(
+            "recovered {} trees, expected {RESUME_TREES} without errors",
+            report.len()
+        );
+    }
+    let scope = Scope::new("bench")?;
+    // Answer every tree concurrently, as many hosts would: the answers share
+    // the store's group commits.
+    let mut answering = tokio::task::JoinSet::new();
+    for (tree, _) in &report {
+        let handle = engine.process::<u64>(&scope, *tree).await?;
+        // The idle program's first step declares its wait as effect 0.
+        let wait = WaitId::for_effect(EffectId::new(*tree, 0, 0));
+        answering.spawn(async move {
+            handle
+                .signal(SignalRequest {
+                    id: SignalId::new("answer")?,
+                    wait: Some(wait),
+                    payload: Payload::encode(&true)?,
+                })
+                .await?;
+            anyhow::Ok(handle.output().await?)
+        });
+    }
+    while let Some(output) = answering.join_next().await {
+        if output?? != 1 {
+            bail!("a resumed tree completed with the wrong output");
+        }
+    }
+    let (elapsed, cpu) = (now().duration_since(t0), cpu_ns().saturating_sub(cpu0));
+    engine.close().await;
+    let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(Sample {
+        figure: elapsed.as_secs_f64() * 1e3 / RESUME_TREES as f64,
+        cpu: Some(cpu as f64 / 1e3 / RESUME_TREES as f64),
+        bytes_written: bytes as f64 / RESUME_TREES as f64,
         turns: None,
     })
 }
@@ -843,9 +931,18 @@ impl Execution for Run {
                 })
             }
             Workload::Idle => {
-                for signal in window {
-                    if let SignalBody::WaitOpened { wait, .. } = &signal.body {
-                        state.wait = Some(*wait);
+                for (index, signal) in window.iter().enumerate() {
+                    match &signal.body {
+                        SignalBody::WaitOpened { wait, .. } => state.wait = Some(*wait),
+                        SignalBody::Input { payload }
+                            if signal.wait.is_some() && signal.wait == state.wait =>
+                        {
+                            return Ok(Transition::Complete {
+                                consumed: index + 1,
+                                output: Payload::encode(&payload.decode::<bool>().map(u64::from)?)?,
+                            });
+                        }
+                        _ => {}
                     }
                 }
                 let wait = state
@@ -856,7 +953,9 @@ impl Execution for Run {
                     wait,
                 })
             }
-            Workload::Team1000 => Err(StepError::other("team1000 runs a team, not this program")),
+            Workload::Team1000 | Workload::Resume1000 => {
+                Err(StepError::other("this workload runs another program"))
+            }
         }
     }
 

@@ -801,18 +801,34 @@ impl Engine {
             status: None,
             scope: options.scope.clone(),
         };
-        let mut report = Vec::new();
+        // Trees are taken up concurrently, so their lease acquisitions share
+        // the store's group commits instead of waiting for one fsync each.
+        let mut attaching = tokio::task::JoinSet::new();
         for meta in self.inner.store.list(filter).await? {
             if meta.status == TreeStatus::Done {
                 continue;
             }
-            let result = self
-                .inner
-                .attach(meta.tree, None, options.force)
-                .await
-                .map(|_| ());
-            report.push((meta.tree, result));
+            let inner = self.inner.clone();
+            let force = options.force;
+            attaching.spawn(async move {
+                (
+                    meta.tree,
+                    inner.attach(meta.tree, None, force).await.map(|_| ()),
+                )
+            });
         }
+        let mut report = Vec::new();
+        while let Some(joined) = attaching.join_next().await {
+            match joined {
+                Ok(entry) => report.push(entry),
+                Err(error) => {
+                    return Err(StoreError::Unavailable(format!(
+                        "a recovery task failed: {error}"
+                    )));
+                }
+            }
+        }
+        report.sort_by_key(|(tree, _)| *tree);
         Ok(report)
     }
 
