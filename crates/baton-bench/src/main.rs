@@ -52,7 +52,7 @@ use baton::store::sqlite::SqliteStore;
 use baton::team::{
     Binding, Config as TeamConfig, Decision, Mode, Policy, PolicyConfig, TaskRequest, Turn, compile,
 };
-use baton::workflow::{Config as WorkflowConfig, Workflow, transform};
+use baton::workflow::{Child, Config as WorkflowConfig, Workflow, fork, transform};
 use serde::{Deserialize, Serialize};
 
 /// Help text, printed for `--help` and after a usage error.
@@ -95,11 +95,26 @@ enum Workload {
     Team1000,
     /// 1000 roots parked on a wait in SQLite, recovered and answered by a fresh engine.
     Resume1000,
+    /// W1: a workflow of three pure transforms, a new root per run.
+    Chain3,
+    /// W2: a root starts five children, waits for all, joins their results.
+    Fanout5,
+    /// W4: a ten-stage chain carrying 1 KB of random state.
+    State1k,
+    /// W4: the same with 30 KB.
+    State30k,
+    /// W4: the same with 250 KB.
+    State250k,
 }
 
 impl Workload {
     /// Every workload, in the order they run.
-    const ALL: [Workload; 6] = [
+    const ALL: [Workload; 11] = [
+        Workload::Chain3,
+        Workload::Fanout5,
+        Workload::State1k,
+        Workload::State30k,
+        Workload::State250k,
         Workload::Step,
         Workload::Dispatch,
         Workload::Children,
@@ -116,6 +131,11 @@ impl Workload {
             Workload::Children => "children",
             Workload::Team1000 => "team1000",
             Workload::Resume1000 => "resume1000",
+            Workload::Chain3 => "chain3",
+            Workload::Fanout5 => "fanout5",
+            Workload::State1k => "state-1k",
+            Workload::State30k => "state-30k",
+            Workload::State250k => "state-250k",
         }
     }
 
@@ -132,6 +152,8 @@ impl Workload {
             Workload::Children => "us/child",
             Workload::Team1000 => "us/task",
             Workload::Resume1000 => "ms/tree",
+            Workload::Chain3 | Workload::Fanout5 => "us/run",
+            Workload::State1k | Workload::State30k | Workload::State250k => "ms/stage",
         }
     }
 
@@ -144,6 +166,8 @@ impl Workload {
             Workload::Children => "child",
             Workload::Team1000 => "task",
             Workload::Resume1000 => "tree",
+            Workload::Chain3 | Workload::Fanout5 => "run",
+            Workload::State1k | Workload::State30k | Workload::State250k => "stage",
         }
     }
 }
@@ -227,6 +251,8 @@ impl Options {
             Workload::Children => self.children,
             Workload::Team1000 => TEAM_ROUNDS * TEAM_BATCH,
             Workload::Resume1000 => RESUME_TREES as u64,
+            Workload::Chain3 | Workload::Fanout5 => SMALL_RUNS,
+            Workload::State1k | Workload::State30k | Workload::State250k => STATE_STAGES,
         }
     }
 }
@@ -393,7 +419,12 @@ fn orchestrate(options: &Options) -> Result<()> {
             | Workload::Dispatch
             | Workload::Children
             | Workload::Team1000
-            | Workload::Resume1000 => {
+            | Workload::Resume1000
+            | Workload::Chain3
+            | Workload::Fanout5
+            | Workload::State1k
+            | Workload::State30k
+            | Workload::State250k => {
                 vec![spawn_worker(workload, options, options.runs, true)?]
             }
         };
@@ -533,6 +564,11 @@ async fn worker(workload: Workload, options: &Options) -> Result<()> {
             Workload::Children => children_run(run, options.children).await?,
             Workload::Team1000 => team_run(run).await?,
             Workload::Resume1000 => resume_run(run).await?,
+            Workload::Chain3 => chain3_run(run).await?,
+            Workload::Fanout5 => fanout5_run(run).await?,
+            Workload::State1k => state_run(run, 1_000).await?,
+            Workload::State30k => state_run(run, 30_000).await?,
+            Workload::State250k => state_run(run, 250_000).await?,
         };
         samples.push(sample);
     }
@@ -643,6 +679,161 @@ async fn children_run(run: usize, children: u64) -> Result<Sample> {
         figure: elapsed.as_secs_f64() * 1e6 / children as f64,
         cpu: Some(cpu as f64 / 1e3 / children as f64),
         bytes_written: bytes as f64 / children as f64,
+        turns: None,
+    })
+}
+
+/// Roots started per `chain3` or `fanout5` sample.
+const SMALL_RUNS: u64 = 1_000;
+
+/// Stages of the `state-*` chains.
+const STATE_STAGES: u64 = 10;
+
+fn build_name() -> String {
+    format!("{} {}", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"))
+}
+
+/// Runs `program` once per input on a fresh memory store, one new root per
+/// run; returns (µs per run, CPU µs per run, log bytes per run).
+async fn per_root<I: Serialize + Clone, O>(
+    program: &Program<I, O>,
+    prefix: &str,
+    input: I,
+    runs: u64,
+) -> Result<(f64, f64, f64)> {
+    let store = MemoryStore::keeping_history();
+    let engine = Engine::new(EngineConfig::new(store.clone()).program(program));
+    let (cpu0, t0) = (cpu_ns(), now());
+    let mut trees = Vec::with_capacity(runs as usize);
+    for index in 0..runs {
+        let start = StartRequest::new(
+            StartId::new("bench", format!("{prefix}-{index}"))?,
+            input.clone(),
+        );
+        let handle = engine.start(program, start).await?;
+        let termination = handle.join().await?;
+        if termination.status() != Status::Completed {
+            bail!("a {prefix} root ended {termination}");
+        }
+        trees.push(handle.tree());
+    }
+    let (elapsed, cpu) = (now().duration_since(t0), cpu_ns().saturating_sub(cpu0));
+    let bytes: u64 = trees.iter().map(|tree| written(&store, *tree).0).sum();
+    engine.close().await;
+    let runs = runs as f64;
+    Ok((
+        elapsed.as_secs_f64() * 1e6 / runs,
+        cpu as f64 / 1e3 / runs,
+        bytes as f64 / runs,
+    ))
+}
+
+/// `chain3` (W1): three pure transforms, each appending a short string.
+async fn chain3_run(run: usize) -> Result<Sample> {
+    let chain = Workflow::new(WorkflowConfig {
+        name: "bench.chain3".into(),
+        description: "Three pure stages.".into(),
+        build: build_name(),
+        stages: vec![
+            transform("a", |text: String| Ok(text + "a")),
+            transform("b", |text: String| Ok(text + "b")),
+            transform("c", |text: String| Ok(text + "c")),
+        ],
+    })?
+    .program::<String, String>();
+    let (figure, cpu, bytes) =
+        per_root(&chain, &format!("chain3-{run}"), "x".to_owned(), SMALL_RUNS).await?;
+    Ok(Sample {
+        figure,
+        cpu: Some(cpu),
+        bytes_written: bytes,
+        turns: None,
+    })
+}
+
+/// `fanout5` (W2): a root starts five children (each a pure transform),
+/// waits for all of them and joins their five results.
+async fn fanout5_run(run: usize) -> Result<Sample> {
+    let branch = Workflow::new(WorkflowConfig {
+        name: "bench.branch".into(),
+        description: "One pure stage.".into(),
+        build: build_name(),
+        stages: vec![transform("double", |value: u64| Ok(value * 2))],
+    })?
+    .program::<u64, u64>();
+    let branches = (0..5).map(|_| Child::new(&branch)).collect();
+    let fanout = Workflow::new(WorkflowConfig {
+        name: "bench.fanout5".into(),
+        description: "Five children, then a join.".into(),
+        build: build_name(),
+        stages: vec![fork::<u64, u64, u64, _>("fan", branches, 5, |outputs| {
+            Ok(outputs.iter().sum())
+        })],
+    })?
+    .program::<u64, u64>();
+    let (figure, cpu, bytes) =
+        per_root(&fanout, &format!("fanout5-{run}"), 21u64, SMALL_RUNS).await?;
+    Ok(Sample {
+        figure,
+        cpu: Some(cpu),
+        bytes_written: bytes,
+        turns: None,
+    })
+}
+
+/// The state carried by the `state-*` chains.
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+struct Carried {
+    /// Seeded random bytes, hex encoded (incompressible as bytes).
+    blob: String,
+    /// The small field each stage changes.
+    stage: u64,
+}
+
+/// Deterministic pseudo-random hex of `len` characters (xorshift64*).
+fn random_hex(len: usize, seed: u64) -> String {
+    let mut state = seed.max(1);
+    let mut out = String::with_capacity(len + 16);
+    while out.len() < len {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        let _ = write!(out, "{:016x}", state.wrapping_mul(0x2545_f491_4f6c_dd1d));
+    }
+    out.truncate(len);
+    out
+}
+
+/// `state-*` (W4): a ten-stage chain whose state carries `size` bytes of
+/// random data and changes one small field per stage; ms per stage and log
+/// bytes per stage (the memory store keeps whole records, so this is what
+/// a store without deduplication writes).
+async fn state_run(run: usize, size: usize) -> Result<Sample> {
+    let stages = (0..STATE_STAGES)
+        .map(|index| {
+            transform(&format!("s{index}"), |mut carried: Carried| {
+                carried.stage += 1;
+                Ok(carried)
+            })
+        })
+        .collect();
+    let chain = Workflow::new(WorkflowConfig {
+        name: "bench.state".into(),
+        description: "Ten stages carrying a large state.".into(),
+        build: build_name(),
+        stages,
+    })?
+    .program::<Carried, Carried>();
+    let input = Carried {
+        blob: random_hex(size, 0x5eed + run as u64),
+        stage: 0,
+    };
+    let (figure, cpu, bytes) = per_root(&chain, &format!("state-{size}-{run}"), input, 5).await?;
+    let stages = STATE_STAGES as f64;
+    Ok(Sample {
+        figure: figure / 1e3 / stages,
+        cpu: Some(cpu / stages),
+        bytes_written: bytes / stages,
         turns: None,
     })
 }
@@ -953,9 +1144,13 @@ impl Execution for Run {
                     wait,
                 })
             }
-            Workload::Team1000 | Workload::Resume1000 => {
-                Err(StepError::other("this workload runs another program"))
-            }
+            Workload::Team1000
+            | Workload::Resume1000
+            | Workload::Chain3
+            | Workload::Fanout5
+            | Workload::State1k
+            | Workload::State30k
+            | Workload::State250k => Err(StepError::other("this workload runs another program")),
         }
     }
 
@@ -1184,6 +1379,13 @@ mod tests {
         assert!(step.figure > 0.0 && step.bytes_written > 0.0);
         let dispatch = dispatch_run(0, 20).await.unwrap();
         assert!(dispatch.figure > 0.0 && dispatch.bytes_written > 0.0);
+        assert!(chain3_run(0).await.unwrap().figure > 0.0);
+        assert!(fanout5_run(0).await.unwrap().figure > 0.0);
+        let state = state_run(0, 1_000).await.unwrap();
+        assert!(
+            state.bytes_written * STATE_STAGES as f64 > 1_000.0,
+            "the run records its state at least once"
+        );
         let children = children_run(0, 25).await.unwrap();
         assert!(children.figure > 0.0 && children.bytes_written > 0.0);
         let idle = idle_run(0, 20).await.unwrap();
