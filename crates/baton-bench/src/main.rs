@@ -266,7 +266,13 @@ async fn main() -> ExitCode {
     }
     let result = match Options::parse(&args) {
         Ok(options) => match options.worker {
-            Some(workload) => worker(workload, &options).await,
+            Some(workload) => {
+                let options = std::sync::Arc::new(options);
+                tokio::spawn(async move { worker(workload, &options).await })
+                    .await
+                    .map_err(anyhow::Error::from)
+                    .and_then(|r| r)
+            }
             None => orchestrate(&options),
         },
         Err(error) => Err(error),
