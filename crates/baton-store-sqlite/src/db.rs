@@ -115,8 +115,18 @@ fn tree_row(conn: &Connection, tree: TreeId) -> Result<Option<TreeRow>, StoreErr
 type Stored = (Option<Vec<u8>>, Option<Vec<u8>>);
 
 /// Stores `bytes` inline or as chunks of tree `key`; returns `(body, chunks)`.
-fn encode(conn: &Connection, key: i64, bytes: &[u8]) -> Result<Stored, StoreError> {
+///
+/// Adds to `written` the payload bytes this stores: the inline body, or the
+/// manifest plus each piece that was not already stored for the tree (see
+/// `SqliteStore::bytes_written`).
+fn encode(
+    conn: &Connection,
+    key: i64,
+    bytes: &[u8],
+    written: &mut u64,
+) -> Result<Stored, StoreError> {
     if bytes.len() <= chunk::INLINE_MAX {
+        *written += bytes.len() as u64;
         return Ok((Some(bytes.to_vec()), None));
     }
     let mut find = conn
@@ -138,11 +148,13 @@ fn encode(conn: &Connection, key: i64, bytes: &[u8]) -> Result<Stored, StoreErro
                 insert
                     .execute(params![key, &digest[..], piece])
                     .map_err(storage)?;
+                *written += piece.len() as u64;
                 conn.last_insert_rowid()
             }
         };
         chunk::put_varint(&mut manifest, uint(id)?);
     }
+    *written += manifest.len() as u64;
     Ok((None, Some(manifest)))
 }
 
@@ -453,7 +465,12 @@ fn stored_hash(conn: &Connection, key: i64, seq: u64) -> Result<Option<Digest>, 
 }
 
 /// One append: compare-and-swap on the expected head and the fencing token.
-pub(crate) fn append(conn: &Connection, append: &Append) -> Result<AppendOutcome, StoreError> {
+/// Adds the payload bytes it stores to `written`.
+pub(crate) fn append(
+    conn: &Connection,
+    append: &Append,
+    written: &mut u64,
+) -> Result<AppendOutcome, StoreError> {
     let Some(row) = tree_row(conn, append.tree)? else {
         return Ok(AppendOutcome::Fenced);
     };
@@ -486,7 +503,7 @@ pub(crate) fn append(conn: &Connection, append: &Append) -> Result<AppendOutcome
                 )
                 .map_err(storage)?;
             for record in &append.records {
-                let (body, chunks) = encode(conn, row.key, &record.body)?;
+                let (body, chunks) = encode(conn, row.key, &record.body, written)?;
                 insert
                     .execute(params![
                         row.key,
@@ -521,13 +538,15 @@ pub(crate) fn append(conn: &Connection, append: &Append) -> Result<AppendOutcome
 }
 
 /// Stores a snapshot and, when `compact`, deletes the records it covers and
-/// the chunks nothing references any more.
+/// the chunks nothing references any more. Adds the payload bytes it stores
+/// to `written`.
 pub(crate) fn write_snapshot(
     conn: &Connection,
     tree: TreeId,
     token: u64,
     snapshot: &Snapshot,
     compact: bool,
+    written: &mut u64,
 ) -> Result<AppendOutcome, StoreError> {
     let Some(row) = tree_row(conn, tree)? else {
         return Ok(AppendOutcome::Fenced);
@@ -562,7 +581,7 @@ pub(crate) fn write_snapshot(
     if snapshot.seq > head || behind || covered != Some(snapshot.head) {
         return Ok(AppendOutcome::Conflict { head });
     }
-    let (body, chunks) = encode(conn, row.key, &snapshot.state)?;
+    let (body, chunks) = encode(conn, row.key, &snapshot.state, written)?;
     conn.prepare_cached(
         "INSERT OR REPLACE INTO snapshots (tree, seq, head, digest, body, chunks)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",

@@ -328,3 +328,80 @@ async fn a_large_state_that_changes_a_little_is_stored_once_by_digest() {
         "{chunk_bytes} chunk bytes for {logical} logical bytes: {per_step} per step"
     );
 }
+
+#[tokio::test]
+async fn bytes_written_counts_appended_bodies_and_only_new_pieces_of_a_large_state() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(dir.path().join("store.db")).expect("opens");
+    assert_eq!(
+        store.bytes_written(),
+        0,
+        "a fresh handle has written nothing"
+    );
+    let t = tree("counted");
+    let token = lease(&store, t).await;
+    let commit = |record: Record, updated: u64| {
+        let item = Append {
+            tree: t,
+            token,
+            records: vec![record],
+            meta: meta(t, TreeStatus::Running, updated),
+        };
+        let store = store.clone();
+        async move {
+            assert_eq!(
+                store.append(vec![item]).await,
+                Ok(vec![AppendOutcome::Committed])
+            );
+            store.bytes_written()
+        }
+    };
+
+    // A small record is stored inline: the counter grows by its body.
+    let small = settled(t, 1, Digest::ZERO);
+    let before = store.bytes_written();
+    let after = commit(small.clone(), 1).await;
+    assert_eq!(after - before, small.body.len() as u64);
+
+    // A large state is stored once ...
+    let mut state = noise(250_000, 7).into_bytes();
+    let first = step(t, 2, small.hash, std::str::from_utf8(&state).expect("hex"));
+    let size = first.body.len() as u64;
+    let before = after;
+    let after = commit(first.clone(), 2).await;
+    assert!(
+        after - before >= size,
+        "a new large state counts in full: {} < {size}",
+        after - before
+    );
+
+    // ... and a step that changes one field of it adds only the pieces
+    // around the change and a manifest.
+    state[125_000] = if state[125_000] == b'0' { b'1' } else { b'0' };
+    let second = step(t, 3, first.hash, std::str::from_utf8(&state).expect("hex"));
+    let before = after;
+    let after = commit(second.clone(), 3).await;
+    let grown = after - before;
+    assert!(grown > 0, "the changed step wrote something");
+    assert!(
+        grown < size / 10,
+        "{grown} bytes counted for a one-byte change of a {size}-byte state"
+    );
+
+    // A snapshot of the same state shares the stored pieces.
+    let snapshot = Snapshot {
+        seq: 3,
+        head: second.hash,
+        state: Arc::from(second.body.to_vec()),
+    };
+    let before = after;
+    assert_eq!(
+        store.write_snapshot(t, token, snapshot).await,
+        Ok(AppendOutcome::Committed)
+    );
+    let grown = store.bytes_written() - before;
+    assert!(
+        grown > 0 && grown < size / 10,
+        "{grown} bytes for a snapshot"
+    );
+}
