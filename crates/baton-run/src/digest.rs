@@ -38,6 +38,29 @@ impl Purpose {
             Purpose::LogChain => "baton 2026-11-30 log chain v1",
         }
     }
+
+    /// Every purpose, in declaration order (the index of [`Purpose::hasher`]).
+    const ALL: [Purpose; 7] = [
+        Purpose::Payload,
+        Purpose::Contract,
+        Purpose::Program,
+        Purpose::Implementation,
+        Purpose::Configuration,
+        Purpose::Identity,
+        Purpose::LogChain,
+    ];
+
+    /// A fresh derive-key hasher for this purpose. Deriving the context key
+    /// costs a blake3 compression per call, and digests are taken several
+    /// times per step, so each purpose's keyed hasher is built once and
+    /// cloned (the clone is the same state `new_derive_key` would return).
+    fn hasher(self) -> blake3::Hasher {
+        static PROTOTYPES: std::sync::LazyLock<[blake3::Hasher; 7]> =
+            std::sync::LazyLock::new(|| {
+                Purpose::ALL.map(|purpose| blake3::Hasher::new_derive_key(purpose.context()))
+            });
+        PROTOTYPES[self as usize].clone()
+    }
 }
 
 /// A 32-byte blake3 digest, shown as `b3:<hex>`.
@@ -50,7 +73,7 @@ impl Digest {
 
     /// Digest of `bytes` for `purpose`.
     pub fn of(purpose: Purpose, bytes: &[u8]) -> Digest {
-        let mut hasher = blake3::Hasher::new_derive_key(purpose.context());
+        let mut hasher = purpose.hasher();
         hasher.update(bytes);
         Digest(*hasher.finalize().as_bytes())
     }
@@ -58,7 +81,7 @@ impl Digest {
     /// Digest of a sequence of parts; each part is length-prefixed so part
     /// boundaries are unambiguous.
     pub fn of_parts(purpose: Purpose, parts: &[&[u8]]) -> Digest {
-        let mut hasher = blake3::Hasher::new_derive_key(purpose.context());
+        let mut hasher = purpose.hasher();
         for part in parts {
             hasher.update(&(part.len() as u64).to_le_bytes());
             hasher.update(part);
@@ -157,6 +180,19 @@ impl<'de> Deserialize<'de> for Digest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cached_hashers_match_derive_key() {
+        for (index, purpose) in Purpose::ALL.into_iter().enumerate() {
+            assert_eq!(purpose as usize, index, "ALL is in declaration order");
+            let mut fresh = blake3::Hasher::new_derive_key(purpose.context());
+            fresh.update(b"some bytes");
+            assert_eq!(
+                Digest::of(purpose, b"some bytes").as_bytes(),
+                fresh.finalize().as_bytes()
+            );
+        }
+    }
 
     #[test]
     fn purposes_separate_digests() {

@@ -71,6 +71,99 @@ proptest! {
     }
 }
 
+/// Leaves that stress the canonical fast path: control characters, escapes,
+/// non-ASCII, and integers at the 64-bit edges.
+fn edgy_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        1 => Just(Value::Null),
+        1 => any::<bool>().prop_map(Value::Bool),
+        1 => any::<i64>().prop_map(Value::from),
+        1 => any::<u64>().prop_map(Value::from),
+        1 => (0u64..30).prop_map(Value::from),
+        1 => Just(Value::from(-1.5e300)),
+        4 => "[a\u{e9}\u{1}\u{8}\u{1f}\u{7f}\n\t\r\"\\\\/0129,:]{1,8}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map("[a-c\u{e9}\n]{0,3}", inner, 0..4)
+                .prop_map(|map| Value::Object(map.into_iter().collect::<Map<_, _>>())),
+        ]
+    })
+}
+
+/// Text edits that turn canonical text into near-canonical text.
+const EDITS: [(&str, &str); 15] = [
+    ("\\u001f", "\u{1f}"),
+    (":0", ":-0"),
+    ("[0", "[-0"),
+    ("\\u001f", "\\u001F"),
+    ("\\n", "\\u000a"),
+    ("\\b", "\\u0008"),
+    ("/", "\\/"),
+    ("\u{e9}", "\\u00e9"),
+    ("\u{7f}", "\\u007f"),
+    (",", ", "),
+    (":", " :"),
+    ("0", "-0"),
+    ("1", "1.0"),
+    ("2", "2e0"),
+    ("9", "09"),
+];
+
+proptest! {
+    /// Whatever the text, parsing gives exactly what the general
+    /// canonicalizer (serde_json's tree, re-encoded) gives.
+    #[test]
+    fn parsing_matches_the_general_canonicalizer(
+        value in edgy_json(),
+        edit in 0..=EDITS.len(),
+        nth in 0usize..8,
+    ) {
+        let mut text = serde_json::to_string(&value).expect("renders");
+        if let Some((from, to)) = EDITS.get(edit) {
+            let places: Vec<usize> = text.match_indices(from).map(|(at, _)| at).collect();
+            if let Some(&at) = places.get(nth % places.len().max(1)) {
+                text.replace_range(at..at + from.len(), to);
+            }
+        }
+        let general = serde_json::from_str::<Value>(&text)
+            .ok()
+            .map(|value| Payload::from_value(&value).expect("encodes"));
+        match Payload::parse_str(&text) {
+            Ok(parsed) => prop_assert_eq!(Some(parsed), general),
+            // Only duplicate keys (which serde_json's tree drops) may fail
+            // where the general path succeeds; edits never make them.
+            Err(error) => prop_assert!(general.is_none(), "{error} for {text}"),
+        }
+    }
+}
+
+#[test]
+fn near_canonical_texts_are_canonicalized() {
+    for (text, canonical) in [
+        ("-0", "-0.0"),
+        ("1E2", "100.0"),
+        ("18446744073709551616", "1.8446744073709552e+19"),
+        (r#""\u00E9""#, "\"\u{e9}\""),
+        (r#""\/""#, r#""/""#),
+        (r#""\u000a""#, r#""\n""#),
+        (r#""\u001F""#, r#""\u001f""#),
+        (r#"{"b":1,"a":2}"#, r#"{"a":2,"b":1}"#),
+        (r#"{"\u0061":1}"#, r#"{"a":1}"#),
+    ] {
+        let payload = Payload::parse_str(text).expect("valid JSON");
+        assert_eq!(payload.as_str(), canonical, "{text}");
+    }
+    assert!(Payload::parse_str(r#"{"a":1,"a":1}"#).is_err());
+    assert!(Payload::parse_str(r#"{"a":1,"\u0061":1}"#).is_err());
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    assert!(
+        Payload::parse_str(&deep).is_err(),
+        "too deep for serde_json"
+    );
+}
+
 #[test]
 fn a_payload_violating_a_descriptor_schema_is_a_contract_failure_naming_the_path() {
     let descriptor = Descriptor::new(

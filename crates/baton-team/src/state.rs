@@ -41,14 +41,11 @@ pub(crate) struct Decided {
     pub tasks: u32,
 }
 
-/// The current turn.
+/// The current turn. Its fields are declared in key order, so its JSON is
+/// canonical as serde writes it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct TurnRecord {
-    pub number: u64,
-    /// The working state: the turn's input until the decision, then the
-    /// decision's state.
-    pub state: Payload,
     /// The coordinator's process, once its start result arrived.
     #[serde(
         default,
@@ -56,6 +53,13 @@ pub(crate) struct TurnRecord {
         deserialize_with = "present_value"
     )]
     pub coordinator: Option<ProcessId>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present_value"
+    )]
+    pub decided: Option<Decided>,
+    pub number: u64,
     /// Whether a task outcome arrived while the coordinator ran.
     #[serde(
         default,
@@ -63,12 +67,9 @@ pub(crate) struct TurnRecord {
         deserialize_with = "only_true"
     )]
     pub outcome_arrived: bool,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "present_value"
-    )]
-    pub decided: Option<Decided>,
+    /// The working state: the turn's input until the decision, then the
+    /// decision's state.
+    pub state: Payload,
 }
 
 /// The whole recorded state, in memory. Task bodies are kept with their
@@ -85,16 +86,20 @@ pub(crate) struct Record {
     pub turn: Option<TurnRecord>,
 }
 
+/// The encoding of a [`Record`]: fields in key order and every part
+/// canonical, so the text is canonical as written and becomes a payload
+/// without being re-encoded.
 #[derive(Serialize)]
 struct RecordOut<'a> {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     completed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
+    controls: Option<Payload>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     initial: Option<&'a Payload>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     tasks: &'a [Box<RawValue>],
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    controls: &'a [Receipt],
+    /// [`TurnRecord`] declares its fields in key order.
     #[serde(skip_serializing_if = "Option::is_none")]
     turn: Option<&'a TurnRecord>,
 }
@@ -175,7 +180,9 @@ impl Record {
 
     /// Encodes one task's body.
     pub fn encode_task(task: &Task) -> Result<Box<RawValue>, String> {
-        serde_json::value::to_raw_value(task).map_err(|error| error.to_string())
+        Payload::encode(task)
+            .map(|task| task.as_raw().to_owned())
+            .map_err(|error| error.to_string())
     }
 
     /// Appends a task with its encoding.
@@ -193,15 +200,23 @@ impl Record {
 
     /// The canonical JSON of the record.
     pub fn encode(&self) -> Result<Payload, String> {
-        let text = serde_json::to_string(&RecordOut {
+        Payload::parse_str(&self.text()?).map_err(|error| error.to_string())
+    }
+
+    /// The record's JSON, canonical as written (see [`RecordOut`]).
+    fn text(&self) -> Result<String, String> {
+        let controls = (!self.controls.is_empty())
+            .then(|| Payload::encode(&self.controls))
+            .transpose()
+            .map_err(|error| error.to_string())?;
+        serde_json::to_string(&RecordOut {
             completed: self.completed,
+            controls,
             initial: self.initial.as_ref(),
             tasks: &self.fragments,
-            controls: &self.controls,
             turn: self.turn.as_ref(),
         })
-        .map_err(|error| error.to_string())?;
-        Payload::parse_str(&text).map_err(|error| error.to_string())
+        .map_err(|error| error.to_string())
     }
 
     /// Decodes a recorded state strictly and checks it against the
@@ -390,5 +405,46 @@ impl Record {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use baton_run::{ChildKey, Name, ProcessId, StartId};
+
+    use super::*;
+    use crate::wire::{Control, TaskRequest};
+
+    /// Snapshots of a team are taken every step; their text must already be
+    /// canonical so it becomes a payload without being re-encoded.
+    #[test]
+    fn a_record_is_written_canonical() {
+        let key = ChildKey::new("t1").expect("key");
+        let request = TaskRequest::new(
+            key.clone(),
+            Name::new("w.echo").expect("name"),
+            Payload::parse_str(r#"{"z":1,"a":[true,"x"]}"#).expect("json"),
+        );
+        let mut record = Record::default();
+        record.push_task(Task::pending(request)).expect("encodes");
+        let process = ProcessId::root(&StartId::new("s", "k").expect("id"));
+        record.tasks[0].process = Some(process);
+        record.refresh(0).expect("encodes");
+        record.controls.push(Receipt {
+            control: Control::cancel(key, "stop"),
+            result: None,
+        });
+        record.turn = Some(TurnRecord {
+            coordinator: Some(process),
+            decided: Some(Decided {
+                mode: Mode::Wait,
+                tasks: 1,
+            }),
+            number: 2,
+            outcome_arrived: true,
+            state: Payload::parse_str(r#"{"b":2,"a":1}"#).expect("json"),
+        });
+        let text = record.text().expect("writes");
+        assert_eq!(Payload::parse_str(&text).expect("valid").as_str(), text);
     }
 }

@@ -61,7 +61,10 @@ impl Team {
             .iter()
             .map(|worker| worker.program.descriptor())
             .collect();
-        let workers_json = serde_json::value::to_raw_value(&descriptors)?;
+        let workers_json = Payload::encode(&descriptors)
+            .map_err(<serde_json::Error as serde::ser::Error>::custom)?
+            .as_raw()
+            .to_owned();
         Ok(Team {
             shared: Arc::new(Shared {
                 descriptor,
@@ -154,11 +157,12 @@ struct TeamRun {
 /// The coordinator's input, assembled from the encoded tasks.
 #[derive(Serialize)]
 struct TurnOut<'a> {
+    // In key order, every part canonical: the text is canonical as written.
+    controls: Payload,
     number: u64,
     state: &'a Payload,
-    workers: &'a RawValue,
     tasks: &'a [Box<RawValue>],
-    controls: &'a [Receipt],
+    workers: &'a RawValue,
 }
 
 impl Execution for TeamRun {
@@ -227,12 +231,14 @@ impl TeamRun {
                 ),
             ));
         }
+        let controls =
+            Payload::encode(&self.record.controls).map_err(|error| encoding(error.to_string()))?;
         let text = serde_json::to_string(&TurnOut {
+            controls,
             number,
             state: &state,
-            workers: &self.shared.workers_json,
             tasks: &self.record.fragments,
-            controls: &self.record.controls,
+            workers: &self.shared.workers_json,
         })
         .map_err(|error| encoding(error.to_string()))?;
         let input = Payload::parse_str(&text).map_err(|error| encoding(error.to_string()))?;
