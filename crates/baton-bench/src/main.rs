@@ -843,7 +843,7 @@ fn spawn_worker(
     runs: usize,
     warm_up: bool,
 ) -> Result<WorkerReport> {
-    let exe = std::env::current_exe().context("cannot find the bench binary")?;
+    let exe = this_binary()?;
     let mut command = Command::new(exe);
     command
         .args(["--worker", workload.name()])
@@ -861,6 +861,17 @@ fn spawn_worker(
         command,
         &format!("the `{}` worker on {}", workload.name(), store.name()),
     )
+}
+
+/// This process's own executable, to start it again. `/proc/self/exe`
+/// opens the file this process runs even when a rebuild has since replaced
+/// it at its path, so every worker runs the same build as the parent.
+fn this_binary() -> Result<PathBuf> {
+    let proc_self = PathBuf::from("/proc/self/exe");
+    if proc_self.exists() {
+        return Ok(proc_self);
+    }
+    std::env::current_exe().context("cannot find the bench binary")
 }
 
 /// Runs `command` (this binary again) and reads the report it prints last.
@@ -1333,7 +1344,7 @@ async fn resume_run(run: usize, kind: StoreKind, trees: usize, phase2: Phase2) -
     let sample = match phase2 {
         Phase2::InProcess => resume_phase2(&path, trees).await?,
         Phase2::Process => {
-            let exe = std::env::current_exe().context("cannot find the bench binary")?;
+            let exe = this_binary()?;
             let mut command = Command::new(exe);
             command
                 .arg("--resume-phase2")
