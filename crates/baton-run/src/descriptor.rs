@@ -106,6 +106,10 @@ impl Schema {
 
     /// Validates an already parsed value.
     pub fn validate_value(&self, value: &Value) -> Result<(), SchemaViolation> {
+        // The boolean check is much cheaper than collecting errors.
+        if self.validator.is_valid(value) {
+            return Ok(());
+        }
         match self.validator.iter_errors(value).next() {
             None => Ok(()),
             Some(error) => Err(SchemaViolation {

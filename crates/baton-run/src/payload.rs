@@ -412,9 +412,47 @@ impl Serialize for Payload {
 }
 
 impl<'de> Deserialize<'de> for Payload {
+    /// From serde_json (text or `Value`), the payload is taken from the raw
+    /// text of the value, which is kept as is when already canonical; any
+    /// other deserializer goes through a strict value tree. The raw text is
+    /// asked for the way `serde_json::value::RawValue` asks for it; were
+    /// serde_json to stop answering that way, the strict path would serve
+    /// and only speed would be lost.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_newtype_struct(RAW_VALUE_TOKEN, PayloadVisitor)
+    }
+}
+
+/// The newtype name by which serde_json's deserializers hand out a value's
+/// raw text (what `RawValue` uses).
+const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
+
+struct PayloadVisitor;
+
+impl<'de> Visitor<'de> for PayloadVisitor {
+    type Value = Payload;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    /// Any deserializer but serde_json's: a strict value tree.
+    fn visit_newtype_struct<D: Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> Result<Payload, D::Error> {
         let value = StrictSeed.deserialize(deserializer)?;
         Payload::from_value(&value).map_err(serde::de::Error::custom)
+    }
+
+    /// serde_json's answer: one entry, the token and the raw text.
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Payload, A::Error> {
+        let key: Option<std::borrow::Cow<'de, str>> = map.next_key()?;
+        if key.as_deref() != Some(RAW_VALUE_TOKEN) {
+            return Err(serde::de::Error::custom("expected serde_json's raw value"));
+        }
+        let raw: std::borrow::Cow<'de, str> = map.next_value()?;
+        Payload::parse_str(&raw).map_err(serde::de::Error::custom)
     }
 }
 
@@ -564,6 +602,35 @@ mod tests {
             vec![1, 2, 3]
         );
         assert!(payload.decode::<String>().is_err());
+    }
+
+    #[test]
+    fn every_deserializer_yields_canonical_payloads_and_rejects_duplicates() {
+        #[derive(Deserialize)]
+        #[serde(tag = "kind")]
+        enum Tagged {
+            One { payload: Payload },
+        }
+        let expected = r#"{"a":{"c":2,"d":1},"b":[1,"x"]}"#;
+        let text = r#"{ "b": [1, "x"], "a": {"d": 1, "c": 2} }"#;
+        // serde_json text: the raw text, canonicalized.
+        let from_text: Payload = serde_json::from_str(text).expect("parses");
+        // A serde_json value: its text.
+        let value: Value = serde_json::from_str(text).expect("parses");
+        let from_value: Payload = serde_json::from_value(value).expect("converts");
+        // An internally tagged enum buffers its fields: the strict tree.
+        let tagged = format!(r#"{{"payload":{text},"kind":"One"}}"#);
+        let Tagged::One {
+            payload: from_buffer,
+        } = serde_json::from_str(&tagged).expect("parses");
+        for payload in [from_text, from_value, from_buffer] {
+            assert_eq!(payload.as_str(), expected);
+        }
+        let duplicate = r#"{"a":1,"a":2}"#;
+        assert!(serde_json::from_str::<Payload>(duplicate).is_err());
+        let tagged = format!(r#"{{"kind":"One","payload":{duplicate}}}"#);
+        assert!(serde_json::from_str::<Tagged>(&tagged).is_err());
+        assert!(serde_json::from_str::<Payload>("[1,]").is_err());
     }
 
     #[test]

@@ -205,7 +205,9 @@ pub enum Boundary {
 pub enum Condition {
     /// Every listed child.
     All,
-    /// At least one.
+    /// At least one. The engine settles the wait once nothing else in the
+    /// tree can progress (or one commit's steps are spent), so the outcome
+    /// carries every listed child ready by then, which may be more than one.
     Any,
     /// At least k (1 ≤ k ≤ number of keys).
     Quorum(u32),

@@ -401,6 +401,30 @@ async fn any_wakes_on_the_first_child_and_the_rest_drain_canceled() {
 }
 
 #[tokio::test]
+async fn an_any_wait_over_quick_children_settles_once_with_every_child_of_the_round() {
+    let echo = program(Kind::Echo, None);
+    let mut any = plan(Boundary::Result, Condition::Any);
+    any.cancel_rest = true;
+    let root = parent(any, &echo);
+    let engine = engine_for(Arc::new(MemoryStore::new()), &root);
+    let names = ["a", "b", "c", "d", "e", "f", "g", "h"];
+    // Process ids order the engine's passes; several roots give several
+    // orders of parent and children.
+    for root_key in ["any-1", "any-2", "any-3", "any-4", "any-5", "any-6"] {
+        let handle = engine
+            .start(&root, start(root_key, keys(&names), Budget::unlimited()))
+            .await
+            .expect("starts");
+        let output = handle.output().await.expect("completes");
+        // Every child completed before the parent's wait was settled, so the
+        // one wake-up carries all of them and nothing is left to cancel.
+        let ready: Vec<Value> = names.iter().map(|n| json!([n, "completed", n])).collect();
+        assert_eq!(output["ready"], Value::Array(ready), "{root_key}");
+        assert_eq!(output["receipts"], json!([]), "{root_key}");
+    }
+}
+
+#[tokio::test]
 async fn completing_with_live_children_cancels_them_and_join_waits_for_their_drain() {
     let ask = program(Kind::Ask, None);
     // Quorum(1) at the result boundary, no cancel_rest: the parent completes

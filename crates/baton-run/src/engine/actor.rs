@@ -975,21 +975,34 @@ impl Actor {
         });
     }
 
+    /// Runs every process that can progress, up to the steps of one commit.
+    /// Children waits are held back while anything else in the tree can
+    /// progress (or until the steps run out), so a wait settles with every
+    /// child that became ready in the round rather than with the first: a
+    /// parent of many quick children steps once per round, not per child.
     fn drive(&mut self) {
         let mut steps_left = self.engine.max_steps_per_commit;
         loop {
-            let live: Vec<ProcessId> = self.live.iter().copied().collect();
-            let mut progressed = false;
-            for process in live {
-                progressed |= self.advance(process, &mut steps_left);
+            if self.pass(&mut steps_left, true) && steps_left > 0 {
+                continue;
             }
-            if !progressed {
+            if !self.pass(&mut steps_left, false) {
                 return;
             }
         }
     }
 
-    fn advance(&mut self, id: ProcessId, steps_left: &mut usize) -> bool {
+    /// Advances every live process once; whether any progressed.
+    fn pass(&mut self, steps_left: &mut usize, hold_waits: bool) -> bool {
+        let live: Vec<ProcessId> = self.live.iter().copied().collect();
+        let mut progressed = false;
+        for process in live {
+            progressed |= self.advance(process, steps_left, hold_waits);
+        }
+        progressed
+    }
+
+    fn advance(&mut self, id: ProcessId, steps_left: &mut usize, hold_waits: bool) -> bool {
         let process = &self.state.processes[&id];
         if process.termination.is_some() {
             return false;
@@ -1059,7 +1072,7 @@ impl Actor {
                         condition,
                     },
                     Phase::Planned,
-                ) => self.wait_children(id, effect, &keys, boundary, condition),
+                ) if !hold_waits => self.wait_children(id, effect, &keys, boundary, condition),
                 _ => false,
             }
         } else if process.runnable() && *steps_left > 0 {
