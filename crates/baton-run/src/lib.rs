@@ -25,6 +25,7 @@
 //! No cargo features.
 
 mod budget;
+mod canonical;
 mod clock;
 mod descriptor;
 mod digest;

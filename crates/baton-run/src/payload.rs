@@ -116,6 +116,13 @@ impl Payload {
 
     /// Encodes a typed value canonically.
     pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Payload, PayloadError> {
+        // One pass straight to canonical text; anything that pass cannot
+        // vouch for takes the general way through a value tree.
+        if let Ok(text) = crate::canonical::to_text(value)
+            && let Ok(raw) = RawValue::from_string(text)
+        {
+            return Self::from_canonical_raw(raw);
+        }
         let value = serde_json::to_value(value).map_err(|error| PayloadError::Encode {
             message: error.to_string(),
         })?;
@@ -204,15 +211,20 @@ const DUPLICATE_PREFIX: &str = "duplicate object key ";
 /// every error: this check only ever says "certainly canonical".
 fn canonical_raw(text: &[u8]) -> Option<Box<RawValue>> {
     let text = std::str::from_utf8(text).ok()?;
+    if !is_canonical(text) {
+        return None;
+    }
+    RawValue::from_string(text.to_owned()).ok()
+}
+
+/// Whether `text` is certainly canonical JSON (see [`Canonical`]); `false`
+/// also for canonical texts the scanner leaves to the general path.
+pub(crate) fn is_canonical(text: &str) -> bool {
     let mut scanner = Canonical {
         bytes: text.as_bytes(),
         at: 0,
     };
-    scanner.value(0)?;
-    if scanner.at != text.len() {
-        return None;
-    }
-    RawValue::from_string(text.to_owned()).ok()
+    scanner.value(0).is_some() && scanner.at == text.len()
 }
 
 /// A scanner that accepts only canonical JSON: no whitespace, object keys
@@ -425,7 +437,7 @@ impl<'de> Deserialize<'de> for Payload {
 
 /// The newtype name by which serde_json's deserializers hand out a value's
 /// raw text (what `RawValue` uses).
-const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
+use crate::canonical::RAW_VALUE_TOKEN;
 
 struct PayloadVisitor;
 

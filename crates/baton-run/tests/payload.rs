@@ -81,7 +81,7 @@ fn edgy_json() -> impl Strategy<Value = Value> {
         1 => any::<u64>().prop_map(Value::from),
         1 => (0u64..30).prop_map(Value::from),
         1 => Just(Value::from(-1.5e300)),
-        4 => "[a\u{e9}\u{1}\u{8}\u{1f}\u{7f}\n\t\r\"\\\\/0129,:]{1,8}".prop_map(Value::String),
+        4 => "[a\u{e9}\u{1}\u{c}\u{8}\u{1f}\u{7f}\n\t\r\"\\\\/0129,:]{1,8}".prop_map(Value::String),
     ];
     leaf.prop_recursive(3, 24, 4, |inner| {
         prop_oneof![
@@ -179,4 +179,141 @@ fn a_payload_violating_a_descriptor_schema_is_a_contract_failure_naming_the_path
     assert_eq!(failure.kind, FailureKind::Contract);
     assert_eq!(failure.code(), "execution.input.invalid");
     assert!(failure.message.contains("/lines/2"), "{}", failure.message);
+}
+
+/// Encodes the general way: a `Value` tree, then its canonical text.
+fn general<T: serde::Serialize>(value: &T) -> Option<Payload> {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|value| Payload::from_value(&value).ok())
+}
+
+#[derive(Debug, serde::Serialize)]
+#[serde(tag = "kind")]
+enum Tagged {
+    Unit,
+    Fields { zeta: u8, alpha: Option<String> },
+}
+
+#[derive(Debug, serde::Serialize)]
+enum Variants {
+    Unit,
+    Newtype(i64),
+    Tuple(u8, String),
+    Struct { z: f32, a: char },
+}
+
+/// Fields out of key order, every scalar kind, nested maps and raw text.
+#[derive(Debug, serde::Serialize)]
+struct Mixed {
+    zulu: f32,
+    alpha: f64,
+    mike: Option<Vec<u64>>,
+    big: i128,
+    ints: std::collections::BTreeMap<i32, String>,
+    /// Arrives in random order: the encoder must sort it.
+    #[expect(clippy::disallowed_types, reason = "tests that hash-ordered maps encode sorted")]
+    names: std::collections::HashMap<String, bool>,
+    tagged: Tagged,
+    variants: Vec<Variants>,
+    payload: Payload,
+    raw: Box<serde_json::value::RawValue>,
+    tuple: (u8, (), char),
+    #[serde(flatten)]
+    extra: std::collections::BTreeMap<String, u8>,
+}
+
+fn mixed() -> impl Strategy<Value = Mixed> {
+    (
+        (
+            any::<f32>(),
+            any::<f64>(),
+            any::<Option<Vec<u64>>>(),
+            prop_oneof![4 => any::<i64>().prop_map(i128::from), 1 => any::<i128>()],
+        ),
+        (
+            prop::collection::btree_map(any::<i32>(), "[a-z\"]{0,3}", 0..4),
+            prop::collection::hash_map("[a-c\\u{e9}]{0,3}", any::<bool>(), 0..4),
+            prop::collection::btree_map("[a-z]{1,3}", any::<u8>(), 0..3),
+        ),
+        (
+            any::<u8>(),
+            any::<Option<String>>(),
+            any::<i64>(),
+            any::<char>(),
+            any::<bool>(),
+        ),
+        edgy_json(),
+    )
+        .prop_map(
+            |((zulu, alpha, mike, big), (ints, names, extra), (n, text, i, c, flip), json)| Mixed {
+                zulu,
+                alpha,
+                mike,
+                big,
+                ints,
+                names,
+                tagged: if flip {
+                    Tagged::Unit
+                } else {
+                    Tagged::Fields {
+                        zeta: n,
+                        alpha: text.clone(),
+                    }
+                },
+                variants: vec![
+                    Variants::Unit,
+                    Variants::Newtype(i),
+                    Variants::Tuple(n, text.unwrap_or_default()),
+                    Variants::Struct { z: zulu, a: c },
+                ],
+                payload: Payload::from_value(&json).expect("encodes"),
+                raw: serde_json::value::RawValue::from_string(
+                    serde_json::to_string_pretty(&json).expect("renders"),
+                )
+                .expect("valid"),
+                tuple: (n, (), c),
+                extra,
+            },
+        )
+}
+
+proptest! {
+    /// The one-pass encoder gives exactly the general way's bytes, or
+    /// fails exactly when it does.
+    #[test]
+    fn encoding_matches_the_general_way(value in edgy_json(), typed in mixed()) {
+        prop_assert_eq!(Payload::encode(&value).ok(), general(&value));
+        let encoded = Payload::encode(&typed).ok();
+        prop_assert_eq!(&encoded, &general(&typed));
+        // Only a 128-bit integer out of range fails.
+        prop_assert_eq!(encoded.is_some(), i64::try_from(typed.big).is_ok());
+    }
+}
+
+#[test]
+fn unusual_map_keys_fall_back_to_the_general_way() {
+    let bools = std::collections::BTreeMap::from([(true, 1), (false, 2)]);
+    assert_eq!(Payload::encode(&bools).ok(), general(&bools));
+    let units = std::collections::BTreeMap::from([((), 1)]);
+    assert_eq!(Payload::encode(&units).ok(), general(&units));
+    let huge = u128::MAX;
+    assert_eq!(Payload::encode(&huge).ok(), general(&huge));
+    assert_eq!(Payload::encode(&f64::NAN).expect("null").as_str(), "null");
+    // A flattened map repeating a field's name: the last value wins.
+    #[derive(serde::Serialize)]
+    struct Clash {
+        b: u8,
+        a: u8,
+        #[serde(flatten)]
+        extra: std::collections::BTreeMap<String, u8>,
+    }
+    let clash = Clash {
+        b: 1,
+        a: 2,
+        extra: std::collections::BTreeMap::from([("a".to_owned(), 3), ("c".to_owned(), 4)]),
+    };
+    let encoded = Payload::encode(&clash).expect("encodes");
+    assert_eq!(encoded.as_str(), r#"{"a":3,"b":1,"c":4}"#);
+    assert_eq!(Some(encoded), general(&clash));
 }

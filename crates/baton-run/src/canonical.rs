@@ -1,0 +1,842 @@
+//! A serde serializer that writes canonical JSON in one pass.
+//!
+//! The general way to canonical bytes is to build a `serde_json::Value`
+//! (whose maps keep keys sorted) and write it out: a tree of allocations
+//! per payload. This serializer writes straight into one buffer instead; an
+//! object's entries are written in the order they come and, only when they
+//! did not come in key order, rearranged once at the object's end.
+//!
+//! It produces exactly the bytes of the general way or fails: on any error
+//! (an unusual map key, a 128-bit integer out of range, a malformed raw
+//! value) the caller falls back to the general way, which then decides.
+
+use std::borrow::Cow;
+
+use serde::ser::{self, Impossible, Serialize};
+
+type Error = serde_json::Error;
+
+/// The newtype / struct name by which serde_json's raw values travel.
+pub(crate) const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
+
+/// Canonical JSON text of `value`, or an error when this serializer cannot
+/// vouch for the result (the caller then takes the general way).
+pub(crate) fn to_text<T: Serialize + ?Sized>(value: &T) -> Result<String, Error> {
+    let mut out = Vec::with_capacity(64);
+    value.serialize(Canon { out: &mut out })?;
+    String::from_utf8(out).map_err(|_| ser::Error::custom("non-UTF-8 output"))
+}
+
+fn unsupported(what: &str) -> Error {
+    ser::Error::custom(format_args!("{what} is left to the general encoder"))
+}
+
+/// Writes a JSON string exactly as serde_json escapes it.
+fn write_str(out: &mut Vec<u8>, text: &str) -> Result<(), Error> {
+    out.push(b'"');
+    escape_into(out, text);
+    out.push(b'"');
+    Ok(())
+}
+
+/// Appends `text` escaped as serde_json escapes string contents: `"`, `\\`
+/// and control characters only, the common ones by their short forms.
+fn escape_into(out: &mut Vec<u8>, text: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = text.as_bytes();
+    let mut plain = 0;
+    for (at, &byte) in bytes.iter().enumerate() {
+        let short = match byte {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'\n' => b'n',
+            b'\r' => b'r',
+            b'\t' => b't',
+            0x08 => b'b',
+            0x0c => b'f',
+            0x00..=0x1f => b'u',
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[plain..at]);
+        plain = at + 1;
+        out.push(b'\\');
+        out.push(short);
+        if short == b'u' {
+            out.extend_from_slice(b"00");
+            out.push(HEX[usize::from(byte >> 4)]);
+            out.push(HEX[usize::from(byte & 0xf)]);
+        }
+    }
+    out.extend_from_slice(&bytes[plain..]);
+}
+
+/// Escapes formatted text as it is written (for `collect_str`).
+struct Escaping<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for Escaping<'_> {
+    fn write_str(&mut self, text: &str) -> std::fmt::Result {
+        escape_into(self.0, text);
+        Ok(())
+    }
+}
+
+struct Canon<'a> {
+    out: &'a mut Vec<u8>,
+}
+
+impl<'a> ser::Serializer for Canon<'a> {
+    type Ok = ();
+    type Error = Error;
+    type SerializeSeq = Seq<'a>;
+    type SerializeTuple = Seq<'a>;
+    type SerializeTupleStruct = Seq<'a>;
+    type SerializeTupleVariant = Seq<'a>;
+    type SerializeMap = Object<'a>;
+    type SerializeStruct = Object<'a>;
+    type SerializeStructVariant = Object<'a>;
+
+    fn serialize_bool(self, v: bool) -> Result<(), Error> {
+        self.out
+            .extend_from_slice(if v { b"true" } else { b"false" });
+        Ok(())
+    }
+
+    fn serialize_i8(self, v: i8) -> Result<(), Error> {
+        self.serialize_i64(i64::from(v))
+    }
+
+    fn serialize_i16(self, v: i16) -> Result<(), Error> {
+        self.serialize_i64(i64::from(v))
+    }
+
+    fn serialize_i32(self, v: i32) -> Result<(), Error> {
+        self.serialize_i64(i64::from(v))
+    }
+
+    fn serialize_i64(self, v: i64) -> Result<(), Error> {
+        serde_json::to_writer(self.out, &v)
+    }
+
+    fn serialize_i128(self, v: i128) -> Result<(), Error> {
+        match (i64::try_from(v), u64::try_from(v)) {
+            (Ok(v), _) => self.serialize_i64(v),
+            (_, Ok(v)) => self.serialize_u64(v),
+            _ => Err(unsupported("a 128-bit integer")),
+        }
+    }
+
+    fn serialize_u8(self, v: u8) -> Result<(), Error> {
+        self.serialize_u64(u64::from(v))
+    }
+
+    fn serialize_u16(self, v: u16) -> Result<(), Error> {
+        self.serialize_u64(u64::from(v))
+    }
+
+    fn serialize_u32(self, v: u32) -> Result<(), Error> {
+        self.serialize_u64(u64::from(v))
+    }
+
+    fn serialize_u64(self, v: u64) -> Result<(), Error> {
+        serde_json::to_writer(self.out, &v)
+    }
+
+    fn serialize_u128(self, v: u128) -> Result<(), Error> {
+        match u64::try_from(v) {
+            Ok(v) => self.serialize_u64(v),
+            Err(_) => Err(unsupported("a 128-bit integer")),
+        }
+    }
+
+    /// As a `Value` holds it: widened to f64.
+    fn serialize_f32(self, v: f32) -> Result<(), Error> {
+        self.serialize_f64(f64::from(v))
+    }
+
+    /// Non-finite numbers are `null`, as in a `Value`.
+    fn serialize_f64(self, v: f64) -> Result<(), Error> {
+        if v.is_finite() {
+            serde_json::to_writer(self.out, &v)
+        } else {
+            self.serialize_unit()
+        }
+    }
+
+    fn serialize_char(self, v: char) -> Result<(), Error> {
+        self.serialize_str(v.encode_utf8(&mut [0; 4]))
+    }
+
+    fn serialize_str(self, v: &str) -> Result<(), Error> {
+        write_str(self.out, v)
+    }
+
+    fn collect_str<T: std::fmt::Display + ?Sized>(self, value: &T) -> Result<(), Error> {
+        use std::fmt::Write as _;
+        self.out.push(b'"');
+        write!(Escaping(&mut *self.out), "{value}")
+            .map_err(|_| unsupported("a failing Display"))?;
+        self.out.push(b'"');
+        Ok(())
+    }
+
+    fn serialize_bytes(self, v: &[u8]) -> Result<(), Error> {
+        let mut seq = ser::Serializer::serialize_seq(self, Some(v.len()))?;
+        for byte in v {
+            ser::SerializeSeq::serialize_element(&mut seq, byte)?;
+        }
+        ser::SerializeSeq::end(seq)
+    }
+
+    fn serialize_none(self) -> Result<(), Error> {
+        self.serialize_unit()
+    }
+
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), Error> {
+        value.serialize(self)
+    }
+
+    fn serialize_unit(self) -> Result<(), Error> {
+        self.out.extend_from_slice(b"null");
+        Ok(())
+    }
+
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<(), Error> {
+        self.serialize_unit()
+    }
+
+    fn serialize_unit_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+    ) -> Result<(), Error> {
+        self.serialize_str(variant)
+    }
+
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        value: &T,
+    ) -> Result<(), Error> {
+        value.serialize(self)
+    }
+
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        value: &T,
+    ) -> Result<(), Error> {
+        self.out.push(b'{');
+        write_str(self.out, variant)?;
+        self.out.push(b':');
+        value.serialize(Canon {
+            out: &mut *self.out,
+        })?;
+        self.out.push(b'}');
+        Ok(())
+    }
+
+    fn serialize_seq(self, _len: Option<usize>) -> Result<Seq<'a>, Error> {
+        self.out.push(b'[');
+        Ok(Seq {
+            out: self.out,
+            first: true,
+            variant: false,
+        })
+    }
+
+    fn serialize_tuple(self, len: usize) -> Result<Seq<'a>, Error> {
+        self.serialize_seq(Some(len))
+    }
+
+    fn serialize_tuple_struct(self, _name: &'static str, len: usize) -> Result<Seq<'a>, Error> {
+        self.serialize_seq(Some(len))
+    }
+
+    fn serialize_tuple_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        _len: usize,
+    ) -> Result<Seq<'a>, Error> {
+        self.out.push(b'{');
+        write_str(self.out, variant)?;
+        self.out.extend_from_slice(b":[");
+        Ok(Seq {
+            out: self.out,
+            first: true,
+            variant: true,
+        })
+    }
+
+    fn serialize_map(self, len: Option<usize>) -> Result<Object<'a>, Error> {
+        Ok(Object::open(self.out, len.unwrap_or(0), false))
+    }
+
+    fn serialize_struct(self, name: &'static str, len: usize) -> Result<Object<'a>, Error> {
+        let mut object = Object::open(self.out, len, false);
+        object.raw = name == RAW_VALUE_TOKEN;
+        Ok(object)
+    }
+
+    fn serialize_struct_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+        len: usize,
+    ) -> Result<Object<'a>, Error> {
+        self.out.push(b'{');
+        write_str(self.out, variant)?;
+        self.out.push(b':');
+        Ok(Object::open(self.out, len, true))
+    }
+}
+
+struct Seq<'a> {
+    out: &'a mut Vec<u8>,
+    first: bool,
+    /// A tuple variant: `{"variant":[...]}`.
+    variant: bool,
+}
+
+impl Seq<'_> {
+    fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        if !self.first {
+            self.out.push(b',');
+        }
+        self.first = false;
+        value.serialize(Canon {
+            out: &mut *self.out,
+        })
+    }
+
+    fn close(self) -> Result<(), Error> {
+        self.out.push(b']');
+        if self.variant {
+            self.out.push(b'}');
+        }
+        Ok(())
+    }
+}
+
+impl ser::SerializeSeq for Seq<'_> {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        self.element(value)
+    }
+    fn end(self) -> Result<(), Error> {
+        self.close()
+    }
+}
+
+impl ser::SerializeTuple for Seq<'_> {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        self.element(value)
+    }
+    fn end(self) -> Result<(), Error> {
+        self.close()
+    }
+}
+
+impl ser::SerializeTupleStruct for Seq<'_> {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        self.element(value)
+    }
+    fn end(self) -> Result<(), Error> {
+        self.close()
+    }
+}
+
+impl ser::SerializeTupleVariant for Seq<'_> {
+    type Ok = ();
+    type Error = Error;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        self.element(value)
+    }
+    fn end(self) -> Result<(), Error> {
+        self.close()
+    }
+}
+
+/// One written `"key":value` of an object and where its text lies.
+struct Entry {
+    key: Cow<'static, str>,
+    start: usize,
+    end: usize,
+}
+
+struct Object<'a> {
+    out: &'a mut Vec<u8>,
+    /// Where the entries begin (just after `{`).
+    start: usize,
+    entries: Vec<Entry>,
+    /// A map's key, between `serialize_key` and `serialize_value`.
+    key: Option<Cow<'static, str>>,
+    /// A struct variant: `{"variant":{...}}`.
+    variant: bool,
+    /// serde_json's raw value: one field holding the JSON text.
+    raw: bool,
+    /// The raw value's text, once its field came.
+    raw_text: Option<String>,
+}
+
+impl<'a> Object<'a> {
+    fn open(out: &'a mut Vec<u8>, len: usize, variant: bool) -> Object<'a> {
+        out.push(b'{');
+        let start = out.len();
+        Object {
+            out,
+            start,
+            entries: Vec::with_capacity(len.min(64)),
+            key: None,
+            variant,
+            raw: false,
+            raw_text: None,
+        }
+    }
+
+    fn entry<T: Serialize + ?Sized>(
+        &mut self,
+        key: Cow<'static, str>,
+        value: &T,
+    ) -> Result<(), Error> {
+        if !self.entries.is_empty() {
+            self.out.push(b',');
+        }
+        let start = self.out.len();
+        write_str(self.out, &key)?;
+        self.out.push(b':');
+        value.serialize(Canon {
+            out: &mut *self.out,
+        })?;
+        self.entries.push(Entry {
+            key,
+            start,
+            end: self.out.len(),
+        });
+        Ok(())
+    }
+
+    /// Closes the object, putting its entries in key order first if they
+    /// came in another (a repeated map key keeps its last value, as a
+    /// `Value` map does).
+    fn close(mut self) -> Result<(), Error> {
+        if self.raw {
+            return self.close_raw();
+        }
+        let in_order = self.entries.windows(2).all(|w| w[0].key < w[1].key);
+        if !in_order {
+            let written = self.out.split_off(self.start);
+            let mut entries = std::mem::take(&mut self.entries);
+            // Stable: equal keys stay in arrival order, so the last wins.
+            entries.sort_by(|a, b| a.key.cmp(&b.key));
+            let mut first = true;
+            for (index, entry) in entries.iter().enumerate() {
+                if entries
+                    .get(index + 1)
+                    .is_some_and(|next| next.key == entry.key)
+                {
+                    continue;
+                }
+                if !first {
+                    self.out.push(b',');
+                }
+                first = false;
+                self.out
+                    .extend_from_slice(&written[entry.start - self.start..entry.end - self.start]);
+            }
+        }
+        self.out.push(b'}');
+        if self.variant {
+            self.out.push(b'}');
+        }
+        Ok(())
+    }
+
+    /// A raw value's text, canonicalized, in place of the object.
+    fn close_raw(self) -> Result<(), Error> {
+        let (Some(text), true) = (self.raw_text, self.entries.is_empty()) else {
+            return Err(unsupported("a malformed raw value"));
+        };
+        self.out.truncate(self.start - 1);
+        if crate::payload::is_canonical(&text) {
+            self.out.extend_from_slice(text.as_bytes());
+        } else {
+            let payload = crate::Payload::parse_str(&text)
+                .map_err(|error| <Error as ser::Error>::custom(error.to_string()))?;
+            self.out.extend_from_slice(payload.as_bytes());
+        }
+        Ok(())
+    }
+}
+
+impl ser::SerializeMap for Object<'_> {
+    type Ok = ();
+    type Error = Error;
+
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), Error> {
+        self.key = Some(key.serialize(MapKey)?);
+        Ok(())
+    }
+
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        let key = self
+            .key
+            .take()
+            .ok_or_else(|| unsupported("a map value without a key"))?;
+        self.entry(key, value)
+    }
+
+    fn end(self) -> Result<(), Error> {
+        self.close()
+    }
+}
+
+impl ser::SerializeStruct for Object<'_> {
+    type Ok = ();
+    type Error = Error;
+
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &T,
+    ) -> Result<(), Error> {
+        if self.raw {
+            if key != RAW_VALUE_TOKEN || self.raw_text.is_some() {
+                return Err(unsupported("a malformed raw value"));
+            }
+            self.raw_text = Some(value.serialize(RawText)?);
+            return Ok(());
+        }
+        self.entry(Cow::Borrowed(key), value)
+    }
+
+    fn end(self) -> Result<(), Error> {
+        self.close()
+    }
+}
+
+/// Takes the text of serde_json's raw value field (a string).
+struct RawText;
+
+impl ser::Serializer for RawText {
+    type Ok = String;
+    type Error = Error;
+    type SerializeSeq = Impossible<String, Error>;
+    type SerializeTuple = Impossible<String, Error>;
+    type SerializeTupleStruct = Impossible<String, Error>;
+    type SerializeTupleVariant = Impossible<String, Error>;
+    type SerializeMap = Impossible<String, Error>;
+    type SerializeStruct = Impossible<String, Error>;
+    type SerializeStructVariant = Impossible<String, Error>;
+
+    fn serialize_str(self, v: &str) -> Result<String, Error> {
+        Ok(v.to_owned())
+    }
+
+    fn serialize_bool(self, _v: bool) -> Result<String, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_i8(self, _v: i8) -> Result<String, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_i16(self, _v: i16) -> Result<String, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_i32(self, _v: i32) -> Result<String, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_i64(self, _v: i64) -> Result<String, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_u8(self, _v: u8) -> Result<String, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_u16(self, _v: u16) -> Result<String, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_u32(self, _v: u32) -> Result<String, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_u64(self, _v: u64) -> Result<String, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_f32(self, _v: f32) -> Result<String, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_f64(self, _v: f64) -> Result<String, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_char(self, _v: char) -> Result<String, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_bytes(self, _v: &[u8]) -> Result<String, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_none(self) -> Result<String, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, _value: &T) -> Result<String, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_unit(self) -> Result<String, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<String, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_unit_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+    ) -> Result<String, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _value: &T,
+    ) -> Result<String, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _value: &T,
+    ) -> Result<String, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_seq(self, _len: Option<usize>) -> Result<Self::SerializeSeq, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_tuple(self, _len: usize) -> Result<Self::SerializeTuple, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_tuple_struct(
+        self,
+        _name: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeTupleStruct, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_tuple_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeTupleVariant, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_map(self, _len: Option<usize>) -> Result<Self::SerializeMap, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_struct(
+        self,
+        _name: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeStruct, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+    fn serialize_struct_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeStructVariant, Error> {
+        Err(unsupported("a malformed raw value"))
+    }
+}
+
+impl ser::SerializeStructVariant for Object<'_> {
+    type Ok = ();
+    type Error = Error;
+
+    fn serialize_field<T: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &T,
+    ) -> Result<(), Error> {
+        self.entry(Cow::Borrowed(key), value)
+    }
+
+    fn end(self) -> Result<(), Error> {
+        self.close()
+    }
+}
+
+/// Map keys: strings, and the scalars serde_json turns into strings the
+/// same way in every version; anything else is left to the general way.
+struct MapKey;
+
+impl ser::Serializer for MapKey {
+    type Ok = Cow<'static, str>;
+    type Error = Error;
+    type SerializeSeq = Impossible<Cow<'static, str>, Error>;
+    type SerializeTuple = Impossible<Cow<'static, str>, Error>;
+    type SerializeTupleStruct = Impossible<Cow<'static, str>, Error>;
+    type SerializeTupleVariant = Impossible<Cow<'static, str>, Error>;
+    type SerializeMap = Impossible<Cow<'static, str>, Error>;
+    type SerializeStruct = Impossible<Cow<'static, str>, Error>;
+    type SerializeStructVariant = Impossible<Cow<'static, str>, Error>;
+
+    fn serialize_str(self, v: &str) -> Result<Self::Ok, Error> {
+        Ok(Cow::Owned(v.to_owned()))
+    }
+
+    fn serialize_char(self, v: char) -> Result<Self::Ok, Error> {
+        Ok(Cow::Owned(v.to_string()))
+    }
+
+    fn serialize_unit_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        variant: &'static str,
+    ) -> Result<Self::Ok, Error> {
+        Ok(Cow::Borrowed(variant))
+    }
+
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        value: &T,
+    ) -> Result<Self::Ok, Error> {
+        value.serialize(self)
+    }
+
+    fn serialize_i8(self, v: i8) -> Result<Self::Ok, Error> {
+        Ok(Cow::Owned(v.to_string()))
+    }
+
+    fn serialize_i16(self, v: i16) -> Result<Self::Ok, Error> {
+        Ok(Cow::Owned(v.to_string()))
+    }
+
+    fn serialize_i32(self, v: i32) -> Result<Self::Ok, Error> {
+        Ok(Cow::Owned(v.to_string()))
+    }
+
+    fn serialize_i64(self, v: i64) -> Result<Self::Ok, Error> {
+        Ok(Cow::Owned(v.to_string()))
+    }
+
+    fn serialize_u8(self, v: u8) -> Result<Self::Ok, Error> {
+        Ok(Cow::Owned(v.to_string()))
+    }
+
+    fn serialize_u16(self, v: u16) -> Result<Self::Ok, Error> {
+        Ok(Cow::Owned(v.to_string()))
+    }
+
+    fn serialize_u32(self, v: u32) -> Result<Self::Ok, Error> {
+        Ok(Cow::Owned(v.to_string()))
+    }
+
+    fn serialize_u64(self, v: u64) -> Result<Self::Ok, Error> {
+        Ok(Cow::Owned(v.to_string()))
+    }
+
+    fn serialize_bool(self, _v: bool) -> Result<Self::Ok, Error> {
+        Err(unsupported("a boolean map key"))
+    }
+
+    fn serialize_f32(self, _v: f32) -> Result<Self::Ok, Error> {
+        Err(unsupported("a float map key"))
+    }
+
+    fn serialize_f64(self, _v: f64) -> Result<Self::Ok, Error> {
+        Err(unsupported("a float map key"))
+    }
+
+    fn serialize_bytes(self, _v: &[u8]) -> Result<Self::Ok, Error> {
+        Err(unsupported("a byte-string map key"))
+    }
+
+    fn serialize_none(self) -> Result<Self::Ok, Error> {
+        Err(unsupported("an absent map key"))
+    }
+
+    fn serialize_some<T: Serialize + ?Sized>(self, _value: &T) -> Result<Self::Ok, Error> {
+        Err(unsupported("an optional map key"))
+    }
+
+    fn serialize_unit(self) -> Result<Self::Ok, Error> {
+        Err(unsupported("a unit map key"))
+    }
+
+    fn serialize_unit_struct(self, _name: &'static str) -> Result<Self::Ok, Error> {
+        Err(unsupported("a unit map key"))
+    }
+
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _value: &T,
+    ) -> Result<Self::Ok, Error> {
+        Err(unsupported("a variant map key"))
+    }
+
+    fn serialize_seq(self, _len: Option<usize>) -> Result<Self::SerializeSeq, Error> {
+        Err(unsupported("a sequence map key"))
+    }
+
+    fn serialize_tuple(self, _len: usize) -> Result<Self::SerializeTuple, Error> {
+        Err(unsupported("a tuple map key"))
+    }
+
+    fn serialize_tuple_struct(
+        self,
+        _name: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeTupleStruct, Error> {
+        Err(unsupported("a tuple map key"))
+    }
+
+    fn serialize_tuple_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeTupleVariant, Error> {
+        Err(unsupported("a variant map key"))
+    }
+
+    fn serialize_map(self, _len: Option<usize>) -> Result<Self::SerializeMap, Error> {
+        Err(unsupported("a map map key"))
+    }
+
+    fn serialize_struct(
+        self,
+        _name: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeStruct, Error> {
+        Err(unsupported("a struct map key"))
+    }
+
+    fn serialize_struct_variant(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeStructVariant, Error> {
+        Err(unsupported("a variant map key"))
+    }
+}
