@@ -212,7 +212,10 @@ struct Mixed {
     big: i128,
     ints: std::collections::BTreeMap<i32, String>,
     /// Arrives in random order: the encoder must sort it.
-    #[expect(clippy::disallowed_types, reason = "tests that hash-ordered maps encode sorted")]
+    #[expect(
+        clippy::disallowed_types,
+        reason = "tests that hash-ordered maps encode sorted"
+    )]
     names: std::collections::HashMap<String, bool>,
     tagged: Tagged,
     variants: Vec<Variants>,

@@ -386,8 +386,7 @@ fn spawn_with(
         door: Mutex::new(Door::Closed),
         outcome: outcome_receiver,
     });
-    let sleeper = Sleeper {
-        state,
+    let owner = Owner {
         token,
         head_seq,
         head,
@@ -402,7 +401,9 @@ fn spawn_with(
             tree,
             message: "a tree's door lock was poisoned".into(),
         })?;
-        *door = Door::Awake(launch_actor(engine, &shared, sleeper, programs, executions));
+        *door = Door::Awake(launch_actor(
+            engine, &shared, state, owner, programs, executions,
+        ));
     }
     if let Ok(mut trees) = engine.trees.lock() {
         trees.insert(tree, Arc::downgrade(&shared));
@@ -435,7 +436,12 @@ fn programs_of(
 /// What a hibernating tree keeps: its committed state and its place in the
 /// log. Everything else is rebuilt when a command wakes it.
 pub(crate) struct Sleeper {
-    state: TreeState,
+    state: Dormant,
+    owner: Owner,
+}
+
+/// What the owner task of a tree carries across its sleeps.
+struct Owner {
     token: u64,
     head_seq: u64,
     head: Digest,
@@ -445,14 +451,45 @@ pub(crate) struct Sleeper {
     renew: bool,
 }
 
-impl Sleeper {
+/// A sleeping tree's state: packed into its JSON while it sleeps, which
+/// takes a fraction of the memory of the unpacked maps.
+enum Dormant {
+    Live(TreeState),
+    Packed(Box<[u8]>),
+}
+
+impl Dormant {
+    fn pack(state: TreeState) -> Dormant {
+        match serde_json::to_vec(&state) {
+            Ok(bytes) => Dormant::Packed(bytes.into_boxed_slice()),
+            Err(_) => Dormant::Live(state),
+        }
+    }
+
+    fn unpack(self) -> Result<TreeState, String> {
+        match self {
+            Dormant::Live(state) => Ok(state),
+            Dormant::Packed(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|error| format!("a sleeping tree's state did not read back: {error}")),
+        }
+    }
+}
+
+impl Owner {
     /// Tells the tree's handles it stopped without a result.
-    pub(super) fn close(self, error: RuntimeError) {
+    fn close(self, error: RuntimeError) {
         self.outcome.send_modify(|o| {
             if o.stopped.is_none() {
                 o.stopped = Some(error);
             }
         });
+    }
+}
+
+impl Sleeper {
+    /// Tells the tree's handles it stopped without a result.
+    pub(super) fn close(self, error: RuntimeError) {
+        self.owner.close(error);
     }
 }
 
@@ -464,30 +501,48 @@ struct SnapshotPace {
     last_size: u64,
 }
 
-/// Respawns the owner task of a hibernating tree.
+/// Respawns the owner task of a hibernating tree; `None` (after telling
+/// its handles) when its packed state does not read back.
 pub(super) fn wake(
     engine: &Arc<EngineInner>,
     shared: &Arc<TreeShared>,
     sleeper: Sleeper,
-) -> mpsc::UnboundedSender<Box<Command>> {
+) -> Option<mpsc::UnboundedSender<Box<Command>>> {
+    let state = match sleeper.state.unpack() {
+        Ok(state) => state,
+        Err(message) => {
+            sleeper.owner.close(RuntimeError::Inconsistent {
+                tree: shared.tree,
+                message,
+            });
+            return None;
+        }
+    };
     // Every live program was registered when the tree went to sleep, and the
     // registry only grows.
-    let programs = programs_of(engine, &sleeper.state).unwrap_or_default();
-    launch_actor(engine, shared, sleeper, programs, BTreeMap::new())
+    let programs = programs_of(engine, &state).unwrap_or_default();
+    Some(launch_actor(
+        engine,
+        shared,
+        state,
+        sleeper.owner,
+        programs,
+        BTreeMap::new(),
+    ))
 }
 
 fn launch_actor(
     engine: &Arc<EngineInner>,
     shared: &Arc<TreeShared>,
-    sleeper: Sleeper,
+    state: TreeState,
+    owner: Owner,
     programs: BTreeMap<ProcessId, Program>,
     executions: BTreeMap<ProcessId, Box<dyn Execution>>,
 ) -> mpsc::UnboundedSender<Box<Command>> {
-    let tree = sleeper.state.root;
+    let tree = state.root;
     let (commands_sender, commands) = mpsc::unbounded_channel();
     let (completion_sender, completions) = mpsc::unbounded_channel();
-    let live = sleeper
-        .state
+    let live = state
         .processes
         .iter()
         .filter(|(_, p)| p.termination.is_none())
@@ -497,14 +552,14 @@ fn launch_actor(
         engine: engine.clone(),
         shared: shared.clone(),
         tree,
-        state: sleeper.state,
+        state,
         programs,
         executions,
-        token: sleeper.token,
-        head_seq: sleeper.head_seq,
-        head: sleeper.head,
-        snapshots: sleeper.snapshots,
-        renew: sleeper.renew,
+        token: owner.token,
+        head_seq: owner.head_seq,
+        head: owner.head,
+        snapshots: owner.snapshots,
+        renew: owner.renew,
         staged: Vec::new(),
         after: Vec::new(),
         in_flight: BTreeMap::new(),
@@ -515,7 +570,7 @@ fn launch_actor(
         commands,
         completions,
         completion_sender,
-        outcome: sleeper.outcome,
+        outcome: owner.outcome,
     };
     let span = tracing::info_span!("tree", %tree);
     let task = tokio::spawn(actor.run().instrument(span));
@@ -638,13 +693,15 @@ impl Actor {
             return Some(self);
         }
         *door = Door::Asleep(Box::new(Sleeper {
-            state: self.state,
-            token: self.token,
-            head_seq: self.head_seq,
-            head: self.head,
-            snapshots: self.snapshots,
-            outcome: self.outcome,
-            renew: true,
+            state: Dormant::pack(self.state),
+            owner: Owner {
+                token: self.token,
+                head_seq: self.head_seq,
+                head: self.head,
+                snapshots: self.snapshots,
+                outcome: self.outcome,
+                renew: true,
+            },
         }));
         None
     }

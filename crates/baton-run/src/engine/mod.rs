@@ -495,7 +495,9 @@ impl EngineInner {
             let Door::Asleep(sleeper) = std::mem::replace(&mut *door, Door::Closed) else {
                 unreachable!("matched asleep just above")
             };
-            *door = Door::Awake(actor::wake(self, shared, *sleeper));
+            if let Some(sender) = actor::wake(self, shared, *sleeper) {
+                *door = Door::Awake(sender);
+            }
         }
         match &*door {
             Door::Awake(sender) => sender.send(command).map_err(|error| error.0),
