@@ -147,6 +147,9 @@ pub struct Append {
     pub records: Vec<Record>,
     /// Listing metadata after these records.
     pub meta: TreeMeta,
+    /// Give up the lease in the same commit, once the records are durable
+    /// (a writer's last append: it saves the separate release).
+    pub release: bool,
 }
 
 /// The outcome of one [`Append`].
@@ -262,7 +265,18 @@ impl Entry {
         }
     }
 
+    /// Appends and, when asked and the records are (or already were)
+    /// committed, gives up the lease.
     fn append(&mut self, append: Append) -> AppendOutcome {
+        let release = append.release;
+        let outcome = self.append_records(append);
+        if release && matches!(outcome, AppendOutcome::Committed | AppendOutcome::Duplicate) {
+            self.lease = None;
+        }
+        outcome
+    }
+
+    fn append_records(&mut self, append: Append) -> AppendOutcome {
         if !self.token_is_current(append.token) {
             return AppendOutcome::Fenced;
         }

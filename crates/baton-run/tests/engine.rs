@@ -121,6 +121,7 @@ async fn engine_on_copy(from: &MemoryStore, to: &MemoryStore, tree: baton_run::T
             token: lease.token,
             records: from.records(tree),
             meta,
+            release: false,
         }])
         .await
         .expect("appends");

@@ -73,6 +73,7 @@ async fn leases_fence_old_writers_and_appends_compare_and_swap() {
         token,
         records,
         meta: meta(tree),
+        release: false,
     };
     assert_eq!(
         store

@@ -514,8 +514,16 @@ fn execute(
         Write::Append(batch, _) => Written::Appended(
             batch
                 .iter()
-                .map(|append| db::append(conn, append, bytes))
-                .collect::<Result<_, _>>()?,
+                .map(|append| {
+                    let outcome = db::append(conn, append, bytes)?;
+                    if append.release
+                        && matches!(outcome, AppendOutcome::Committed | AppendOutcome::Duplicate)
+                    {
+                        db::release(conn, append.tree, append.token)?;
+                    }
+                    Ok(outcome)
+                })
+                .collect::<Result<_, StoreError>>()?,
         ),
         Write::Snapshot(tree, token, snapshot, _) => Written::Snapshot(db::write_snapshot(
             conn, *tree, *token, snapshot, compact, bytes,

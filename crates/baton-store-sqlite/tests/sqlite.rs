@@ -101,6 +101,7 @@ async fn a_store_with_a_damaged_header_is_refused_and_left_untouched() {
         token,
         records: vec![record],
         meta: meta(t, TreeStatus::Running, 1),
+        release: false,
     };
     assert_eq!(
         store.append(vec![item]).await,
@@ -182,6 +183,7 @@ async fn commits_survive_a_reopen_and_tokens_keep_increasing() {
         token,
         records: records.clone(),
         meta: meta(t, TreeStatus::Waiting, 5),
+        release: false,
     };
     assert_eq!(
         store.append(vec![item]).await,
@@ -212,6 +214,7 @@ async fn prune_removes_only_done_trees_older_than_the_retention_point() {
             token,
             records: vec![step(t, 1, Digest::ZERO, &format!("{key}{big}"))],
             meta: meta(t, status, updated),
+            release: false,
         };
         assert_eq!(
             store.append(vec![item]).await,
@@ -291,6 +294,7 @@ async fn a_large_state_that_changes_a_little_is_stored_once_by_digest() {
             token,
             records: vec![record.clone()],
             meta: meta(t, TreeStatus::Running, seq),
+            release: false,
         };
         assert_eq!(
             store.append(vec![item]).await,
@@ -346,6 +350,7 @@ async fn bytes_written_counts_appended_bodies_and_only_new_pieces_of_a_large_sta
             token,
             records: vec![record],
             meta: meta(t, TreeStatus::Running, updated),
+            release: false,
         };
         let store = store.clone();
         async move {

@@ -37,6 +37,8 @@ use crate::{Cut, FaultStore, ScriptedDispatcher};
 /// - **snapshots**: a snapshot must name a point of the chain; the load
 ///   then holds it and only the records after it, which verify from its
 ///   head; an engine with frequent snapshots recovers and verifies;
+/// - **release with the last append**: an append marked `release` gives
+///   up the lease in its commit;
 /// - **listing** by status and scope, sorted by tree id, without trees that
 ///   have no records;
 /// - **crash matrix**: with a real engine and a [`FaultStore`] cutting the
@@ -122,6 +124,7 @@ fn append(tree: TreeId, token: u64, records: Vec<Record>) -> Append {
         token,
         records,
         meta: meta(tree, SCOPE, TreeStatus::Running, 7),
+        release: false,
     }
 }
 
@@ -435,10 +438,34 @@ async fn fencing(store: Arc<dyn Store>) {
     store.release(t, c2.token).await.expect("release call");
     let (d, _) = granted(&*store, acquire(t, "d", 1_900, false), case).await;
     assert_eq!(
-        one(&*store, append(t, d.token, third), case).await,
+        one(&*store, append(t, d.token, third.clone()), case).await,
         AppendOutcome::Committed
     );
     assert_eq!(load(&*store, t, case).await.head().0, 3);
+    // A last append gives up the lease in the same commit: the next writer
+    // gets in before the lease would have expired, and fences the old token.
+    let (e, _) = granted(&*store, acquire(t, "e", 3_000, false), case).await;
+    let last = Append {
+        release: true,
+        ..append(t, e.token, chain(t, (3, third[0].hash), 1, "last"))
+    };
+    let retry = Append {
+        release: true,
+        ..append(t, e.token, last.records.clone())
+    };
+    assert_eq!(one(&*store, last, case).await, AppendOutcome::Committed);
+    let (f, load_f) = granted(&*store, acquire(t, "f", 3_100, false), case).await;
+    assert!(f.token > e.token, "{case}: fencing tokens increase");
+    assert_eq!(
+        load_f.head().0,
+        4,
+        "{case}: the releasing append is durable"
+    );
+    assert_eq!(
+        one(&*store, retry, case).await,
+        AppendOutcome::Fenced,
+        "{case}: a released token is no longer current"
+    );
 }
 
 async fn snapshots(store: Arc<dyn Store>) {

@@ -113,6 +113,8 @@ struct Actor {
     snapshots: SnapshotPace,
     /// Renew the lease first thing (set when woken from hibernation).
     renew: bool,
+    /// The commit that ended the tree gave up the lease.
+    released: bool,
     staged: Vec<RecordBody>,
     after: Vec<After>,
     in_flight: BTreeMap<EffectId, InFlight>,
@@ -279,6 +281,7 @@ pub(super) async fn start(
         token: lease.token,
         records: vec![record.clone()],
         meta,
+        release: false,
     };
     match engine.store.append(vec![append]).await {
         Ok(outcomes)
@@ -560,6 +563,7 @@ fn launch_actor(
         head: owner.head,
         snapshots: owner.snapshots,
         renew: owner.renew,
+        released: false,
         staged: Vec::new(),
         after: Vec::new(),
         in_flight: BTreeMap::new(),
@@ -1785,30 +1789,35 @@ impl Actor {
             status: self.state.tree_status(),
             updated: self.engine.clock.now(),
         };
+        self.snapshots.records += bodies.len() as u64;
+        self.snapshots.bytes += written;
+        // Snapshot after `snapshot_every` records, but never write more
+        // snapshot bytes than log bytes since the last one: a large tree
+        // then snapshots less often and its cost stays linear in the log.
+        let snapshot_due = self.snapshots.records >= self.engine.snapshot_every
+            && self.snapshots.bytes >= self.snapshots.last_size;
+        // The commit that ends the tree gives up the lease with it, unless a
+        // snapshot still has to be written under the lease.
+        let release = self.done() && !snapshot_due;
         let append = Append {
             tree: self.tree,
             token: self.token,
             records,
             meta,
+            release,
         };
         let outcome = self.engine.store.append(vec![append]).await;
         self.check_outcome(
             outcome.map(|outcomes| outcomes.first().copied().unwrap_or(AppendOutcome::Fenced)),
         )?;
+        self.released = release;
         let first = self.head_seq + 1;
         self.head_seq = seq;
         self.head = prev;
-        self.snapshots.records += bodies.len() as u64;
-        self.snapshots.bytes += written;
         self.state.history_bytes += written;
         self.publish(first, &bodies);
         self.flush_after();
-        // Snapshot after `snapshot_every` records, but never write more
-        // snapshot bytes than log bytes since the last one: a large tree
-        // then snapshots less often and its cost stays linear in the log.
-        if self.snapshots.records >= self.engine.snapshot_every
-            && self.snapshots.bytes >= self.snapshots.last_size
-        {
+        if snapshot_due {
             self.snapshot().await?;
         }
         Ok(())
@@ -2054,7 +2063,9 @@ impl Actor {
     }
 
     async fn finish(&mut self) {
-        let _ = self.engine.store.release(self.tree, self.token).await;
+        if !self.released {
+            let _ = self.engine.store.release(self.tree, self.token).await;
+        }
         self.outcome.send_modify(|o| o.finished = true);
         self.close_door();
     }
