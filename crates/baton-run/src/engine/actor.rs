@@ -33,8 +33,9 @@ use crate::store::{AcquireRequest, Acquired, Append, AppendOutcome, Lease, TreeL
 use super::state::{Phase, ProcessState, TreeState, ending_failure, signal_digest};
 use super::view::{Event, EventKind, TreeView};
 use super::{
-    ControlError, Door, EngineInner, RecoverError, RuntimeError, SignalError, SignalReceipt,
-    SignalRequest, StartError, TreeOutcome, TreeShared, fold, owner_is_gone, panic_failure,
+    ControlError, Door, EngineInner, Published, Publisher, RecoverError, RuntimeError, SignalError,
+    SignalReceipt, SignalRequest, StartError, TreeOutcome, TreeShared, fold, owner_is_gone,
+    panic_failure,
 };
 
 /// A request from a handle to the tree's owner task.
@@ -130,7 +131,7 @@ struct Actor {
     commands: mpsc::UnboundedReceiver<Box<Command>>,
     completions: mpsc::UnboundedReceiver<Box<Completion>>,
     completion_sender: mpsc::UnboundedSender<Box<Completion>>,
-    outcome: watch::Sender<TreeOutcome>,
+    outcome: Publisher,
 }
 
 enum Held {
@@ -339,7 +340,7 @@ pub(super) async fn resume(
 /// A shared record of a tree that has already finished.
 pub(super) fn finished(engine: &Arc<EngineInner>, state: &TreeState) -> Arc<TreeShared> {
     let root = &state.processes[&state.root];
-    let (_, outcome) = watch::channel(TreeOutcome {
+    let outcome = Published::new(TreeOutcome {
         terminations: state
             .processes
             .iter()
@@ -348,6 +349,7 @@ pub(super) fn finished(engine: &Arc<EngineInner>, state: &TreeState) -> Arc<Tree
         drained: state.processes.keys().copied().collect(),
         stopped: None,
         finished: true,
+        abandoned: false,
     });
     let shared = Arc::new(TreeShared {
         tree: state.root,
@@ -380,7 +382,8 @@ fn spawn_with(
     let tree = state.root;
     let programs = programs_of(engine, &state)?;
     let root = &state.processes[&tree];
-    let (outcome, outcome_receiver) = watch::channel(TreeOutcome::default());
+    let outcome_receiver = Published::new(TreeOutcome::default());
+    let outcome = Publisher::new(outcome_receiver.clone());
     let shared = Arc::new(TreeShared {
         tree,
         scope: state.start.scope.clone(),
@@ -449,7 +452,7 @@ struct Owner {
     head_seq: u64,
     head: Digest,
     snapshots: SnapshotPace,
-    outcome: watch::Sender<TreeOutcome>,
+    outcome: Publisher,
     /// Renew the lease before anything else (it was not renewed while asleep).
     renew: bool,
 }
@@ -481,7 +484,7 @@ impl Dormant {
 impl Owner {
     /// Tells the tree's handles it stopped without a result.
     fn close(self, error: RuntimeError) {
-        self.outcome.send_modify(|o| {
+        self.outcome.modify(|o| {
             if o.stopped.is_none() {
                 o.stopped = Some(error);
             }
@@ -732,7 +735,7 @@ impl Actor {
                 tree: self.tree,
                 message: error.0,
             };
-            self.outcome.send_modify(|o| o.stopped = Some(inconsistent));
+            self.outcome.modify(|o| o.stopped = Some(inconsistent));
             return;
         }
         if let RecordBody::ChildStarted { child, .. } = &body {
@@ -1769,7 +1772,7 @@ impl Actor {
     }
 
     async fn commit(&mut self) -> Result<(), RuntimeError> {
-        if let Some(error) = self.outcome.borrow().stopped.clone() {
+        if let Some(error) = self.outcome.read().stopped.clone() {
             return Err(error);
         }
         let bodies = std::mem::take(&mut self.staged);
@@ -1895,7 +1898,7 @@ impl Actor {
             }
         }
         let drained: Vec<ProcessId> = {
-            let outcome = self.outcome.borrow();
+            let outcome = self.outcome.read();
             candidates
                 .into_iter()
                 .filter(|id| !outcome.drained.contains(id) && self.drained(*id))
@@ -1905,7 +1908,7 @@ impl Actor {
             let status = self.state.processes[id].status;
             self.emit(*id, EventKind::Drained { status });
         }
-        self.outcome.send_modify(|o| {
+        self.outcome.modify(|o| {
             o.terminations.extend(terminated);
             o.drained.extend(drained);
         });
@@ -2049,7 +2052,7 @@ impl Actor {
                 reason: error.to_string(),
             },
         });
-        self.outcome.send_modify(|o| {
+        self.outcome.modify(|o| {
             if o.stopped.is_none() {
                 o.stopped = Some(error);
             }
@@ -2066,7 +2069,7 @@ impl Actor {
         if !self.released {
             let _ = self.engine.store.release(self.tree, self.token).await;
         }
-        self.outcome.send_modify(|o| o.finished = true);
+        self.outcome.modify(|o| o.finished = true);
         self.close_door();
     }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::budget::{Budget, Capabilities, TreeLimits};
 use crate::clock::{Clock, SystemClock, Timestamp};
@@ -457,6 +457,80 @@ pub(crate) struct TreeOutcome {
     drained: std::collections::BTreeSet<ProcessId>,
     stopped: Option<RuntimeError>,
     finished: bool,
+    /// The writer is gone (the engine dropped its task).
+    abandoned: bool,
+}
+
+/// A tree's published outcome and a way to wait for it to change: one lock
+/// and one notifier per tree (a `watch` channel carries eight notifiers,
+/// which a waiting tree would pay for in memory and every publish in time).
+#[derive(Default)]
+pub(crate) struct Published {
+    outcome: Mutex<TreeOutcome>,
+    changed: tokio::sync::Notify,
+}
+
+impl Published {
+    /// A cell with `outcome` already in it.
+    pub(crate) fn new(outcome: TreeOutcome) -> Arc<Published> {
+        Arc::new(Published {
+            outcome: Mutex::new(outcome),
+            changed: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// Reads the outcome (a poisoned lock still holds the last outcome).
+    pub(crate) fn read(&self) -> std::sync::MutexGuard<'_, TreeOutcome> {
+        self.outcome
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Waits until `select` picks something from the outcome; `None` once
+    /// the writer is gone without the outcome ever being picked.
+    async fn wait_for<T>(&self, select: impl Fn(&TreeOutcome) -> Option<T>) -> Option<T> {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let outcome = self.read();
+                if let Some(picked) = select(&outcome) {
+                    return Some(picked);
+                }
+                if outcome.abandoned {
+                    return None;
+                }
+            }
+            changed.await;
+        }
+    }
+}
+
+/// The one writer of a tree's [`Published`] outcome. Dropping it without a
+/// final outcome tells the waiters that none will come.
+pub(crate) struct Publisher(Arc<Published>);
+
+impl Publisher {
+    pub(crate) fn new(published: Arc<Published>) -> Publisher {
+        Publisher(published)
+    }
+
+    /// Changes the outcome and wakes every waiter.
+    pub(crate) fn modify(&self, change: impl FnOnce(&mut TreeOutcome)) {
+        change(&mut self.0.read());
+        self.0.changed.notify_waiters();
+    }
+
+    pub(crate) fn read(&self) -> std::sync::MutexGuard<'_, TreeOutcome> {
+        self.0.read()
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.modify(|outcome| outcome.abandoned = true);
+    }
 }
 
 pub(crate) struct TreeShared {
@@ -466,7 +540,7 @@ pub(crate) struct TreeShared {
     input: Digest,
     /// How commands reach the tree's owner task.
     door: Mutex<Door>,
-    outcome: watch::Receiver<TreeOutcome>,
+    outcome: Arc<Published>,
 }
 
 /// The way into a tree's owner task. An idle tree hibernates: its task ends
@@ -1053,16 +1127,17 @@ impl<O> ProcessHandle<O> {
     /// Waits for the termination.
     pub async fn await_result(&self) -> Result<Termination, RuntimeError> {
         let process = self.process;
-        let mut outcome = self.shared.outcome.clone();
-        let result = outcome
+        let result = self
+            .shared
+            .outcome
             .wait_for(|o| {
-                o.terminations.contains_key(&process) || o.stopped.is_some() || o.finished
+                (o.terminations.contains_key(&process) || o.stopped.is_some() || o.finished)
+                    .then(|| (o.terminations.get(&process).cloned(), o.stopped.clone()))
             })
-            .await
-            .map(|o| (o.terminations.get(&process).cloned(), o.stopped.clone()));
+            .await;
         match result {
-            Ok((Some(termination), _)) => Ok(termination),
-            Ok((None, Some(error))) => Err(error),
+            Some((Some(termination), _)) => Ok(termination),
+            Some((None, Some(error))) => Err(error),
             _ => Err(self.closed()),
         }
     }
@@ -1072,21 +1147,22 @@ impl<O> ProcessHandle<O> {
     pub async fn join(&self) -> Result<Termination, RuntimeError> {
         let termination = self.await_result().await?;
         let (process, root) = (self.process, self.process == self.shared.tree);
-        let mut outcome = self.shared.outcome.clone();
-        let joined = outcome
-            .wait_for(|o| {
-                o.finished || (!root && o.drained.contains(&process)) || o.stopped.is_some()
-            })
-            .await
-            .map(|o| {
-                (
-                    o.finished || o.drained.contains(&process),
-                    o.stopped.clone(),
-                )
-            });
+        let joined =
+            self.shared
+                .outcome
+                .wait_for(|o| {
+                    (o.finished || (!root && o.drained.contains(&process)) || o.stopped.is_some())
+                        .then(|| {
+                            (
+                                o.finished || o.drained.contains(&process),
+                                o.stopped.clone(),
+                            )
+                        })
+                })
+                .await;
         match joined {
-            Ok((true, _)) => Ok(termination),
-            Ok((false, Some(error))) => Err(error),
+            Some((true, _)) => Ok(termination),
+            Some((false, Some(error))) => Err(error),
             _ => Err(self.closed()),
         }
     }
@@ -1127,7 +1203,7 @@ impl<O> ProcessHandle<O> {
         }
         // No owner task took the command (or it ended before answering):
         // say why from what the tree published.
-        let outcome = self.shared.outcome.borrow();
+        let outcome = self.shared.outcome.read();
         Err(match &outcome.stopped {
             Some(error) => error.clone().into(),
             None if outcome.finished || outcome.terminations.contains_key(&self.process) => {
