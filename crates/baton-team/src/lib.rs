@@ -36,6 +36,7 @@
 mod policy;
 mod state;
 mod team;
+mod view;
 mod wire;
 
 use std::collections::BTreeSet;

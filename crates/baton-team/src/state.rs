@@ -6,14 +6,26 @@
 //! applying (a decision's start result or control receipt is missing);
 //! waiting (a decided `wait` turn with every result in). Restore rejects
 //! every combination of facts no run can produce.
+//!
+//! Every task is kept with its canonical JSON, which snapshots and turns
+//! copy as it is: a span of the restored state until a fact about the task
+//! is recorded, then its new encoding. Restore checks every task strictly,
+//! but decodes in full only the tasks a step can change (those awaiting
+//! admission or running) and those of the applied decision (whose inputs it
+//! checks again); a settled task (refused, or drained with its outcome
+//! recorded) is checked through a borrowed view (see `view`) and never
+//! decoded, so a step costs the team one pass over the recorded text plus
+//! work in proportion to the tasks that can change.
 
 use std::collections::BTreeSet;
+use std::ops::Range;
 
-use baton_run::{Payload, ProcessId, Settlement};
+use baton_run::{ChildKey, Failure, Payload, ProcessId, Settlement, Termination};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 
 use crate::team::Shared;
+use crate::view::TaskView;
 use crate::wire::{Control, Mode, Task, present, present_value};
 
 /// One control of the current or previous decision and, once it arrived,
@@ -72,36 +84,94 @@ pub(crate) struct TurnRecord {
     pub state: Payload,
 }
 
-/// The whole recorded state, in memory. Task bodies are kept with their
-/// encoded JSON (`fragments`), so snapshots and turns reuse the encoding of
-/// tasks that did not change.
+/// The whole recorded state, in memory.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Record {
     pub completed: bool,
     /// The team's input, only before turn 1.
     pub initial: Option<Payload>,
-    pub tasks: Vec<Task>,
-    pub fragments: Vec<Box<RawValue>>,
+    /// The state this record was restored from: restored task texts and the
+    /// keys of settled tasks are spans of it.
+    source: Option<Payload>,
+    /// The tasks, in request order.
+    tasks: Vec<Entry>,
+    /// Indices of the decoded tasks, in request order: every task a step can
+    /// change is among them.
+    decoded: Vec<usize>,
     pub controls: Vec<Receipt>,
     pub turn: Option<TurnRecord>,
 }
 
-/// The encoding of a [`Record`]: fields in key order and every part
-/// canonical, so the text is canonical as written and becomes a payload
-/// without being re-encoded.
-#[derive(Serialize)]
-struct RecordOut<'a> {
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    completed: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    controls: Option<Payload>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    initial: Option<&'a Payload>,
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    tasks: &'a [Box<RawValue>],
-    /// [`TurnRecord`] declares its fields in key order.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    turn: Option<&'a TurnRecord>,
+/// One task: its canonical JSON and what steps need of it.
+#[derive(Clone, Debug)]
+struct Entry {
+    text: Text,
+    body: Body,
+}
+
+/// Where a task's canonical JSON is.
+#[derive(Clone, Debug)]
+enum Text {
+    /// A span of the restored state (the task did not change since).
+    Restored(Range<usize>),
+    /// Written since: a new task, or a fact about it was recorded.
+    Written(Box<str>),
+}
+
+#[derive(Clone, Debug)]
+enum Body {
+    /// The whole task: one a step can change (awaiting admission or
+    /// running), one of the applied decision, or one added or changed since
+    /// the restore.
+    Decoded(Box<Task>),
+    /// A restored, settled task (refused, or drained with its outcome
+    /// recorded), which no step changes: only what the checks need, its key
+    /// and worker as spans of the restored state.
+    Settled {
+        key: Range<usize>,
+        worker: Range<usize>,
+        process: Option<ProcessId>,
+    },
+}
+
+/// A fact the kernel reports about a task.
+#[derive(Debug)]
+pub(crate) enum Fact {
+    /// Admitted as this process.
+    Started(ProcessId),
+    /// Its start was refused.
+    Refused(Failure),
+    /// It drained (its outcome).
+    Drained(Termination),
+}
+
+/// The canonical JSON of `value`.
+fn encoded<T: Serialize>(value: &T) -> Result<String, String> {
+    Payload::encode(value)
+        .map(|payload| payload.as_str().to_owned())
+        .map_err(|error| error.to_string())
+}
+
+/// What steps and checks need of one task, without its payloads.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Facts<'a> {
+    pub key: &'a str,
+    pub worker: &'a str,
+    pub process: Option<ProcessId>,
+    pub refused: bool,
+    pub drained: bool,
+}
+
+impl Facts<'_> {
+    /// Whether it awaits admission (no kernel fact yet).
+    pub fn is_pending(&self) -> bool {
+        self.process.is_none() && !self.refused
+    }
+
+    /// Whether it was admitted and its drained outcome has not been observed.
+    pub fn is_running(&self) -> bool {
+        self.process.is_some() && !self.drained
+    }
 }
 
 #[derive(Deserialize)]
@@ -144,6 +214,68 @@ fn non_empty<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
     }
 }
 
+/// A key that occurs more than once. The keys are sorted by a hash first
+/// and by their text only when hashes tie, so equal keys end up adjacent
+/// at the cost of comparing integers (any hash would do; a poor one only
+/// costs more text comparisons).
+fn repeated_key(keys: Vec<&str>) -> Option<&str> {
+    fn fnv1a(text: &str) -> u64 {
+        text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    }
+    let mut hashed: Vec<(u64, &str)> = keys.into_iter().map(|key| (fnv1a(key), key)).collect();
+    hashed.sort_unstable();
+    hashed
+        .windows(2)
+        .find(|pair| pair[0] == pair[1])
+        .map(|pair| pair[0].1)
+}
+
+/// Where `inner`, a slice of `outer`, lies in it (serde_json hands out
+/// borrowed strings and raw values as slices of the text it reads).
+fn span_in(outer: &str, inner: &str) -> Range<usize> {
+    let start = (inner.as_ptr() as usize).wrapping_sub(outer.as_ptr() as usize);
+    assert!(
+        start <= outer.len() && inner.len() <= outer.len() - start,
+        "text borrowed from the state lies within it"
+    );
+    start..start + inner.len()
+}
+
+/// Writes one JSON object from canonical pieces, field by field, in the
+/// order given (the callers give them in key order).
+pub(crate) struct ObjectWriter {
+    out: String,
+    empty: bool,
+}
+
+impl ObjectWriter {
+    pub fn with_capacity(capacity: usize) -> ObjectWriter {
+        let mut out = String::with_capacity(capacity + 2);
+        out.push('{');
+        ObjectWriter { out, empty: true }
+    }
+
+    /// Starts the field `name` (plain ASCII, written as is); the caller then
+    /// writes its canonical value to the returned text.
+    pub fn field(&mut self, name: &str) -> &mut String {
+        if !self.empty {
+            self.out.push(',');
+        }
+        self.empty = false;
+        self.out.push('"');
+        self.out.push_str(name);
+        self.out.push_str("\":");
+        &mut self.out
+    }
+
+    pub fn finish(mut self) -> String {
+        self.out.push('}');
+        self.out
+    }
+}
+
 /// The phase, derived from the facts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -155,6 +287,22 @@ pub(crate) enum Phase {
 }
 
 impl Record {
+    /// A completed record: it holds nothing else.
+    pub fn completed() -> Record {
+        Record {
+            completed: true,
+            ..Record::default()
+        }
+    }
+
+    /// A record before turn 1.
+    pub fn ready(initial: Payload) -> Record {
+        Record {
+            initial: Some(initial),
+            ..Record::default()
+        }
+    }
+
     pub fn phase(&self) -> Phase {
         if self.completed {
             return Phase::Completed;
@@ -164,8 +312,7 @@ impl Record {
         };
         if turn.decided.is_none() {
             Phase::InTurn
-        } else if self.tasks.last().is_some_and(Task::is_pending)
-            || self.controls.last().is_some_and(|r| r.result.is_none())
+        } else if self.last_is_pending() || self.controls.last().is_some_and(|r| r.result.is_none())
         {
             Phase::Applying
         } else {
@@ -173,29 +320,212 @@ impl Record {
         }
     }
 
-    /// Tasks admitted whose drained outcome has not been observed.
-    pub fn running(&self) -> usize {
-        self.tasks.iter().filter(|task| task.is_running()).count()
+    fn last_is_pending(&self) -> bool {
+        self.tasks
+            .len()
+            .checked_sub(1)
+            .is_some_and(|last| self.facts(last).is_pending())
     }
 
-    /// Encodes one task's body.
-    pub fn encode_task(task: &Task) -> Result<Box<RawValue>, String> {
-        Payload::encode(task)
-            .map(|task| task.as_raw().to_owned())
-            .map_err(|error| error.to_string())
+    /// How many tasks were ever requested, refused starts included.
+    pub fn task_count(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// The facts of task `index`.
+    pub fn facts(&self, index: usize) -> Facts<'_> {
+        match &self.tasks[index].body {
+            Body::Decoded(task) => Facts {
+                key: task.key().as_str(),
+                worker: task.request.worker.as_str(),
+                process: task.process,
+                refused: task.rejection.is_some(),
+                drained: task.outcome.is_some(),
+            },
+            Body::Settled {
+                key,
+                worker,
+                process,
+            } => {
+                let source = self.source();
+                Facts {
+                    key: &source[key.clone()],
+                    worker: &source[worker.clone()],
+                    process: *process,
+                    refused: process.is_none(),
+                    drained: process.is_some(),
+                }
+            }
+        }
+    }
+
+    /// The facts of every task, in request order.
+    pub fn all(&self) -> impl Iterator<Item = Facts<'_>> {
+        (0..self.tasks.len()).map(|index| self.facts(index))
+    }
+
+    fn source(&self) -> &str {
+        self.source
+            .as_ref()
+            .expect("restored tasks point into the state they were restored from")
+            .as_str()
+    }
+
+    /// Tasks admitted whose drained outcome has not been observed.
+    pub fn running(&self) -> usize {
+        self.decoded_tasks()
+            .filter(|(_, task)| task.is_running())
+            .count()
+    }
+
+    /// Keys of the running tasks, in request order.
+    pub fn running_keys(&self) -> Vec<ChildKey> {
+        self.decoded_tasks()
+            .filter(|(_, task)| task.is_running())
+            .map(|(_, task)| task.key().clone())
+            .collect()
+    }
+
+    /// The decoded tasks (every one a step can change) with their indices.
+    fn decoded_tasks(&self) -> impl Iterator<Item = (usize, &Task)> {
+        self.decoded
+            .iter()
+            .map(|&index| match &self.tasks[index].body {
+                Body::Decoded(task) => (index, &**task),
+                Body::Settled { .. } => unreachable!("the decoded list holds decoded tasks"),
+            })
+    }
+
+    /// The index of the running task under `key`.
+    pub fn running_index(&self, key: &ChildKey) -> Option<usize> {
+        self.decoded_tasks()
+            .find(|(_, task)| task.is_running() && task.key() == key)
+            .map(|(index, _)| index)
+    }
+
+    /// The index of the task under `key`, running or not.
+    pub fn position(&self, key: &str) -> Option<usize> {
+        self.all().position(|task| task.key == key)
+    }
+
+    /// The index of the first task awaiting admission (all of them are at
+    /// the end), or the number of tasks.
+    pub fn first_pending(&self) -> usize {
+        self.decoded_tasks()
+            .find(|(_, task)| task.is_pending())
+            .map_or(self.tasks.len(), |(index, _)| index)
+    }
+
+    /// Those of `wanted` that are keys of tasks before `end`; with
+    /// `admitted`, only of tasks admitted.
+    pub fn keys_among<'k>(
+        &self,
+        wanted: &BTreeSet<&'k str>,
+        end: usize,
+        admitted: bool,
+    ) -> BTreeSet<&'k str> {
+        let mut found = BTreeSet::new();
+        if wanted.is_empty() {
+            return found;
+        }
+        for index in 0..end {
+            let task = self.facts(index);
+            if (!admitted || task.process.is_some())
+                && let Some(key) = wanted.get(task.key)
+            {
+                found.insert(*key);
+            }
+        }
+        found
     }
 
     /// Appends a task with its encoding.
     pub fn push_task(&mut self, task: Task) -> Result<(), String> {
-        self.fragments.push(Self::encode_task(&task)?);
-        self.tasks.push(task);
+        let text = Payload::encode(&task).map_err(|error| error.to_string())?;
+        self.decoded.push(self.tasks.len());
+        self.tasks.push(Entry {
+            text: Text::Written(text.as_str().into()),
+            body: Body::Decoded(Box::new(task)),
+        });
         Ok(())
     }
 
-    /// Re-encodes task `index` after a fact about it was recorded.
-    pub fn refresh(&mut self, index: usize) -> Result<(), String> {
-        self.fragments[index] = Self::encode_task(&self.tasks[index])?;
+    /// Records a fact about task `index`: a start result of a task awaiting
+    /// admission, or the outcome of a running one.
+    pub fn record(&mut self, index: usize, fact: Fact) -> Result<(), String> {
+        let source = self.source.as_ref().map_or("", Payload::as_str);
+        let entry = &mut self.tasks[index];
+        let Body::Decoded(task) = &mut entry.body else {
+            unreachable!("only tasks awaiting admission or running change, and they are decoded");
+        };
+        let expected = match fact {
+            Fact::Started(_) | Fact::Refused(_) => task.is_pending(),
+            Fact::Drained(_) => task.is_running(),
+        };
+        if !expected {
+            return Err(format!(
+                "task {}: a fact that does not follow its state",
+                task.key()
+            ));
+        }
+        // The task gains its members in the reverse of their key order
+        // (`request`, then `process` or `rejection`, then `outcome`), so the
+        // new member comes first: its canonical text is the member, then
+        // the members the task had.
+        let (name, value) = match &fact {
+            Fact::Started(process) => ("process", format!("\"{process}\"")),
+            Fact::Refused(failure) => ("rejection", encoded(failure)?),
+            Fact::Drained(termination) => ("outcome", encoded(termination)?),
+        };
+        let old = match &entry.text {
+            Text::Restored(span) => &source[span.clone()],
+            Text::Written(text) => text,
+        };
+        let members = old
+            .strip_prefix('{')
+            .expect("a task's text is a JSON object with its request");
+        let mut text = String::with_capacity(name.len() + value.len() + old.len() + 4);
+        text.push_str("{\"");
+        text.push_str(name);
+        text.push_str("\":");
+        text.push_str(&value);
+        text.push(',');
+        text.push_str(members);
+        entry.text = Text::Written(text.into_boxed_str());
+        match fact {
+            Fact::Started(process) => task.process = Some(process),
+            Fact::Refused(failure) => task.rejection = Some(failure),
+            Fact::Drained(termination) => task.outcome = Some(termination),
+        }
         Ok(())
+    }
+
+    /// Writes the canonical JSON array of the tasks.
+    pub fn write_tasks(&self, out: &mut String) {
+        out.push('[');
+        for (index, entry) in self.tasks.iter().enumerate() {
+            if index > 0 {
+                out.push(',');
+            }
+            out.push_str(match &entry.text {
+                Text::Restored(span) => &self.source()[span.clone()],
+                Text::Written(text) => text,
+            });
+        }
+        out.push(']');
+    }
+
+    /// The length of the tasks' texts, to size the buffers they are
+    /// written to.
+    pub fn tasks_len(&self) -> usize {
+        self.tasks
+            .iter()
+            .map(|entry| match &entry.text {
+                Text::Restored(span) => span.len() + 1,
+                Text::Written(text) => text.len() + 1,
+            })
+            .sum::<usize>()
+            + 2
     }
 
     /// The canonical JSON of the record.
@@ -203,41 +533,77 @@ impl Record {
         Payload::parse_str(&self.text()?).map_err(|error| error.to_string())
     }
 
-    /// The record's JSON, canonical as written (see [`RecordOut`]).
+    /// The record's JSON, canonical as written: fields in key order, every
+    /// part canonical ([`TurnRecord`] declares its fields in key order).
     fn text(&self) -> Result<String, String> {
-        let controls = (!self.controls.is_empty())
-            .then(|| Payload::encode(&self.controls))
-            .transpose()
-            .map_err(|error| error.to_string())?;
-        serde_json::to_string(&RecordOut {
-            completed: self.completed,
-            controls,
-            initial: self.initial.as_ref(),
-            tasks: &self.fragments,
-            turn: self.turn.as_ref(),
-        })
-        .map_err(|error| error.to_string())
+        let mut out = ObjectWriter::with_capacity(
+            self.tasks_len()
+                + self.initial.as_ref().map_or(0, Payload::len)
+                + self.turn.as_ref().map_or(0, |turn| turn.state.len())
+                + 256,
+        );
+        if self.completed {
+            out.field("completed").push_str("true");
+        }
+        if !self.controls.is_empty() {
+            let controls = Payload::encode(&self.controls).map_err(|error| error.to_string())?;
+            out.field("controls").push_str(controls.as_str());
+        }
+        if let Some(initial) = &self.initial {
+            out.field("initial").push_str(initial.as_str());
+        }
+        if !self.tasks.is_empty() {
+            self.write_tasks(out.field("tasks"));
+        }
+        if let Some(turn) = &self.turn {
+            let turn = serde_json::to_string(turn).map_err(|error| error.to_string())?;
+            out.field("turn").push_str(&turn);
+        }
+        Ok(out.finish())
     }
 
     /// Decodes a recorded state strictly and checks it against the
     /// configuration.
     pub fn decode(state: &Payload, shared: &Shared) -> Result<Record, String> {
-        let wire: RecordIn<'_> =
-            serde_json::from_str(state.as_str()).map_err(|error| error.to_string())?;
+        let text = state.as_str();
+        let wire: RecordIn<'_> = serde_json::from_str(text).map_err(|error| error.to_string())?;
         let raw = wire.tasks.unwrap_or_default();
+        // The applied decision's tasks are decoded to check their inputs
+        // again (an oversized count is rejected by the checks).
+        let decided = wire
+            .turn
+            .as_ref()
+            .and_then(|turn| turn.decided)
+            .map_or(0, |decided| decided.tasks as usize);
+        let before = raw.len().saturating_sub(decided);
         let mut tasks = Vec::with_capacity(raw.len());
-        let mut fragments = Vec::with_capacity(raw.len());
-        for fragment in raw {
-            tasks.push(
-                serde_json::from_str::<Task>(fragment.get()).map_err(|error| error.to_string())?,
-            );
-            fragments.push(fragment.to_owned());
+        let mut decoded = Vec::new();
+        for (index, fragment) in raw.into_iter().enumerate() {
+            let fragment = fragment.get();
+            let view = TaskView::read(fragment)?;
+            let body = if view.is_live() || index >= before {
+                decoded.push(index);
+                Body::Decoded(Box::new(
+                    serde_json::from_str(fragment).map_err(|error| error.to_string())?,
+                ))
+            } else {
+                Body::Settled {
+                    key: span_in(text, view.request.key),
+                    worker: span_in(text, view.request.worker),
+                    process: view.process,
+                }
+            };
+            tasks.push(Entry {
+                text: Text::Restored(span_in(text, fragment)),
+                body,
+            });
         }
         let record = Record {
             completed: wire.completed,
             initial: wire.initial,
+            source: Some(state.clone()),
             tasks,
-            fragments,
+            decoded,
             controls: wire.controls.unwrap_or_default(),
             turn: wire.turn,
         };
@@ -283,7 +649,7 @@ impl Record {
         shared
             .check_state(&turn.state)
             .map_err(|violation| format!("working state: {violation}"))?;
-        if turn.outcome_arrived && !self.tasks.iter().any(|task| task.outcome.is_some()) {
+        if turn.outcome_arrived && !self.all().any(|task| task.drained) {
             return Err("an outcome arrived but none is recorded".into());
         }
         self.check_tasks(shared, turn)?;
@@ -317,26 +683,21 @@ impl Record {
             return Err("the decision declares more tasks than are recorded".into());
         }
         let before = self.tasks.len() - decided;
-        let mut keys = BTreeSet::new();
-        let mut processes = BTreeSet::new();
+        let mut keys = Vec::with_capacity(self.tasks.len());
+        let mut processes = Vec::with_capacity(self.tasks.len());
         let mut pending_seen = false;
         let mut active = 0usize;
-        for (index, task) in self.tasks.iter().enumerate() {
-            let key = task.key();
-            if !keys.insert(key.as_str()) {
-                return Err(format!("task key {key} is repeated"));
-            }
-            if key.as_str().starts_with(crate::RESERVED_PREFIX) {
+        for index in 0..self.tasks.len() {
+            let task = self.facts(index);
+            let key = task.key;
+            if key.starts_with(crate::RESERVED_PREFIX) {
                 return Err(format!("task key {key} uses the reserved prefix"));
             }
-            let Some(worker) = shared.worker(&task.request.worker) else {
+            let Some(worker) = shared.worker_named(task.worker) else {
                 return Err(format!("task {key} names an unknown worker"));
             };
-            if let Some(process) = task.process
-                && !processes.insert(process)
-            {
-                return Err(format!("process {process} is repeated"));
-            }
+            keys.push(key);
+            processes.extend(task.process);
             if task.is_pending() {
                 if index < before {
                     return Err(format!("task {key} awaits admission outside its decision"));
@@ -350,6 +711,9 @@ impl Record {
                 active += 1;
             }
             if index >= before {
+                let Body::Decoded(task) = &self.tasks[index].body else {
+                    unreachable!("the applied decision's tasks are decoded");
+                };
                 // The applied decision is checked again against the tasks before it.
                 worker
                     .program
@@ -357,6 +721,13 @@ impl Record {
                     .check_input(&task.request.input)
                     .map_err(|failure| format!("task {key}: {}", failure.message))?;
             }
+        }
+        if let Some(key) = repeated_key(keys) {
+            return Err(format!("task key {key} is repeated"));
+        }
+        processes.sort_unstable_by_key(|process| u128::from_be_bytes(*process.as_bytes()));
+        if let Some(pair) = processes.windows(2).find(|pair| pair[0] == pair[1]) {
+            return Err(format!("process {} is repeated", pair[0]));
         }
         if active > shared.max_concurrent as usize {
             return Err(format!(
@@ -376,15 +747,18 @@ impl Record {
             ));
         }
         let decided = turn.decided.map_or(0, |d| d.tasks as usize);
-        let before = &self.tasks[..self.tasks.len() - decided];
-        let tasks_pending = self.tasks.last().is_some_and(Task::is_pending);
+        let before = self.tasks.len() - decided;
+        let targets = self
+            .controls
+            .iter()
+            .map(|receipt| receipt.control.task.as_str())
+            .collect();
+        let admitted = self.keys_among(&targets, before, true);
+        let tasks_pending = self.last_is_pending();
         let mut pending_seen = false;
         for receipt in &self.controls {
             let key = &receipt.control.task;
-            let admitted = before
-                .iter()
-                .any(|task| task.key() == key && task.process.is_some());
-            if !admitted {
+            if !admitted.contains(key.as_str()) {
                 return Err(format!(
                     "control of {key} targets no task admitted before its decision"
                 ));
@@ -428,8 +802,7 @@ mod tests {
         let mut record = Record::default();
         record.push_task(Task::pending(request)).expect("encodes");
         let process = ProcessId::root(&StartId::new("s", "k").expect("id"));
-        record.tasks[0].process = Some(process);
-        record.refresh(0).expect("encodes");
+        record.record(0, Fact::Started(process)).expect("encodes");
         record.controls.push(Receipt {
             control: Control::cancel(key, "stop"),
             result: None,
@@ -446,5 +819,56 @@ mod tests {
         });
         let text = record.text().expect("writes");
         assert_eq!(Payload::parse_str(&text).expect("valid").as_str(), text);
+    }
+
+    /// A recorded fact is written into the task's text in place; the text
+    /// must be exactly the task's canonical encoding.
+    #[test]
+    fn a_recorded_fact_writes_the_tasks_canonical_text() {
+        let request = |key: &str| {
+            TaskRequest::new(
+                ChildKey::new(key).expect("key"),
+                Name::new("w.echo").expect("name"),
+                Payload::parse_str(r#"{"z":{"y":1,"b":[2]},"a":"x\"y"}"#).expect("json"),
+            )
+        };
+        let process = |key: &str| ProcessId::root(&StartId::new("s", key).expect("id"));
+        let failure = Failure::external("w.failed", "a \"quoted\"\nline");
+        let outcomes =
+            [
+                Termination::completed(Payload::parse_str(r#"{"b":null,"a":1}"#).expect("json")),
+                Termination::failed(failure.clone())
+                    .with_unresolved(vec![baton_run::EffectId::new(process("e"), 1, 2)]),
+            ];
+        let mut record = Record::default();
+        let mut expected = Vec::new();
+        for (index, outcome) in outcomes.iter().enumerate() {
+            let key = format!("t{index}");
+            let mut task = Task::pending(request(&key));
+            record.push_task(task.clone()).expect("encodes");
+            task.process = Some(process(&key));
+            record
+                .record(2 * index, Fact::Started(process(&key)))
+                .expect("records");
+            task.outcome = Some(outcome.clone());
+            record
+                .record(2 * index, Fact::Drained(outcome.clone()))
+                .expect("records");
+            expected.push(task);
+            let mut refused = Task::pending(request(&format!("r{index}")));
+            record.push_task(refused.clone()).expect("encodes");
+            refused.rejection = Some(failure.clone());
+            record
+                .record(2 * index + 1, Fact::Refused(failure.clone()))
+                .expect("records");
+            expected.push(refused);
+        }
+        let mut text = String::new();
+        record.write_tasks(&mut text);
+        assert_eq!(text, Payload::encode(&expected).expect("encodes").as_str());
+        assert!(
+            record.record(0, Fact::Started(process("x"))).is_err(),
+            "a drained task does not start again"
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! The team definition and its execution: turns, decision validation,
 //! applying decisions, and the mode rule.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use baton_run::{
@@ -9,10 +9,9 @@ use baton_run::{
     ExecutionState, Failure, FailureKind, Name, Payload, Program, Quota, SchemaViolation, Signal,
     SignalBody, Status, StepError, Termination, Transition,
 };
-use serde::Serialize;
 use serde_json::value::RawValue;
 
-use crate::state::{Decided, Phase, Receipt, Record, TurnRecord};
+use crate::state::{Decided, Fact, ObjectWriter, Phase, Receipt, Record, TurnRecord};
 use crate::wire::{ControlAction, Decision, Mode, Task};
 use crate::{
     Binding, COORDINATOR_UNRESOLVED, COUNTER_EXHAUSTED, Config, DECISION_INVALID, LIMIT_TURNS,
@@ -24,7 +23,7 @@ pub(crate) struct Shared {
     descriptor: Descriptor,
     coordinator: Binding,
     workers: Vec<Binding>,
-    by_name: BTreeMap<Name, usize>,
+    by_name: BTreeMap<Box<str>, usize>,
     /// The canonical JSON of the workers' descriptors, encoded once.
     workers_json: Box<RawValue>,
     pub max_turns: Quota,
@@ -35,6 +34,11 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub fn worker(&self, name: &Name) -> Option<&Binding> {
+        self.worker_named(name.as_str())
+    }
+
+    /// The worker named `name` (so `name` is a valid name).
+    pub fn worker_named(&self, name: &str) -> Option<&Binding> {
         self.by_name.get(name).map(|index| &self.workers[*index])
     }
 
@@ -54,7 +58,7 @@ impl Team {
             .workers
             .iter()
             .enumerate()
-            .map(|(index, worker)| (worker.program.descriptor().name().clone(), index))
+            .map(|(index, worker)| (worker.program.descriptor().name().as_str().into(), index))
             .collect();
         let descriptors: Vec<&Descriptor> = config
             .workers
@@ -89,10 +93,7 @@ impl Definition for Team {
     fn start(&self, input: &Payload) -> Result<Box<dyn Execution>, StepError> {
         Ok(Box::new(TeamRun {
             shared: self.shared.clone(),
-            record: Record {
-                initial: Some(input.clone()),
-                ..Record::default()
-            },
+            record: Record::ready(input.clone()),
         }))
     }
 
@@ -154,17 +155,6 @@ struct TeamRun {
     record: Record,
 }
 
-/// The coordinator's input, assembled from the encoded tasks.
-#[derive(Serialize)]
-struct TurnOut<'a> {
-    // In key order, every part canonical: the text is canonical as written.
-    controls: Payload,
-    number: u64,
-    state: &'a Payload,
-    tasks: &'a [Box<RawValue>],
-    workers: &'a RawValue,
-}
-
 impl Execution for TeamRun {
     fn step(&mut self, window: &[Signal]) -> Result<Transition, StepError> {
         let consumed = window.len();
@@ -208,16 +198,6 @@ impl TeamRun {
         self.record.turn.as_mut().expect("the phase has a turn")
     }
 
-    /// Keys of the running tasks, in request order.
-    fn running_keys(&self) -> Vec<ChildKey> {
-        self.record
-            .tasks
-            .iter()
-            .filter(|task| task.is_running())
-            .map(|task| task.key().clone())
-            .collect()
-    }
-
     /// Starts turn `number` with `state`: the coordinator, then the turn's
     /// one wait over the running tasks and the coordinator.
     fn open_turn(&mut self, number: u64, state: Payload) -> Result<Next, StepError> {
@@ -233,15 +213,19 @@ impl TeamRun {
         }
         let controls =
             Payload::encode(&self.record.controls).map_err(|error| encoding(error.to_string()))?;
-        let text = serde_json::to_string(&TurnOut {
-            controls,
-            number,
-            state: &state,
-            tasks: &self.record.fragments,
-            workers: &self.shared.workers_json,
-        })
-        .map_err(|error| encoding(error.to_string()))?;
-        let input = Payload::parse_str(&text).map_err(|error| encoding(error.to_string()))?;
+        // Fields in key order, every part canonical: the text is canonical
+        // as written, and each task's text is copied as it is.
+        let workers: &RawValue = &self.shared.workers_json;
+        let mut text = ObjectWriter::with_capacity(
+            controls.len() + state.len() + self.record.tasks_len() + workers.get().len() + 64,
+        );
+        text.field("controls").push_str(controls.as_str());
+        text.field("number").push_str(&number.to_string());
+        text.field("state").push_str(state.as_str());
+        self.record.write_tasks(text.field("tasks"));
+        text.field("workers").push_str(workers.get());
+        let input =
+            Payload::parse_str(&text.finish()).map_err(|error| encoding(error.to_string()))?;
         self.record.turn = Some(TurnRecord {
             number,
             state,
@@ -265,7 +249,7 @@ impl TeamRun {
 
     /// The wait of a running turn: every running task, then the coordinator.
     fn turn_wait(&self, number: u64) -> Effect {
-        let mut keys = self.running_keys();
+        let mut keys = self.record.running_keys();
         keys.push(turn_key(number));
         Effect::WaitChildren {
             keys,
@@ -276,21 +260,22 @@ impl TeamRun {
 
     /// Records a running task's drained outcome.
     fn record_outcome(&mut self, child: &ChildOutcome) -> Result<(), StepError> {
-        let index = self
+        let running = self
             .record
-            .tasks
-            .iter()
-            .position(|task| task.key() == &child.key)
-            .ok_or_else(|| protocol(format!("an outcome for unknown child {}", child.key)))?;
-        let task = &mut self.record.tasks[index];
-        if !task.is_running() || task.process != Some(child.process) {
-            return Err(protocol(format!(
-                "an outcome for task {} that is not running as {}",
-                child.key, child.process
-            )));
-        }
-        task.outcome = Some(child.termination.clone());
-        self.record.refresh(index).map_err(encoding)
+            .running_index(&child.key)
+            .filter(|index| self.record.facts(*index).process == Some(child.process));
+        let Some(index) = running else {
+            return Err(protocol(match self.record.position(child.key.as_str()) {
+                None => format!("an outcome for unknown child {}", child.key),
+                Some(_) => format!(
+                    "an outcome for task {} that is not running as {}",
+                    child.key, child.process
+                ),
+            }));
+        };
+        self.record
+            .record(index, Fact::Drained(child.termination.clone()))
+            .map_err(encoding)
     }
 
     /// A turn's wait settled: the coordinator's start result (on the first
@@ -379,10 +364,7 @@ impl TeamRun {
         let decision: Decision = output.decode().map_err(invalid)?;
         validate(&self.shared, &self.record, &decision).map_err(invalid)?;
         if let Some(output) = decision.output {
-            self.record = Record {
-                completed: true,
-                ..Record::default()
-            };
+            self.record = Record::completed();
             return Ok(Next::Complete(output));
         }
         let mode = decision
@@ -439,33 +421,28 @@ impl TeamRun {
     /// The start results, then the control receipts, of the decision.
     fn on_applied(&mut self, window: &[Signal]) -> Result<Next, StepError> {
         let mut signals = window.iter();
-        let first_pending = self
-            .record
-            .tasks
-            .iter()
-            .position(Task::is_pending)
-            .unwrap_or(self.record.tasks.len());
-        for index in first_pending..self.record.tasks.len() {
-            let task = &mut self.record.tasks[index];
+        for index in self.record.first_pending()..self.record.task_count() {
+            let key = self.record.facts(index).key;
             match signals.next().map(|signal| &signal.body) {
                 Some(SignalBody::ChildStarted {
-                    key,
+                    key: started,
                     process,
                     failure,
                     ..
-                }) if key == task.key() => match (process, failure) {
-                    (_, Some(failure)) => task.rejection = Some(failure.clone()),
-                    (Some(process), None) => task.process = Some(*process),
-                    (None, None) => return Err(protocol("a start result without a process")),
-                },
+                }) if started.as_str() == key => {
+                    let fact = match (process, failure) {
+                        (_, Some(failure)) => Fact::Refused(failure.clone()),
+                        (Some(process), None) => Fact::Started(*process),
+                        (None, None) => return Err(protocol("a start result without a process")),
+                    };
+                    self.record.record(index, fact).map_err(encoding)?;
+                }
                 other => {
                     return Err(protocol(format!(
-                        "expected the start result of task {}, got {other:?}",
-                        task.key()
+                        "expected the start result of task {key}, got {other:?}"
                     )));
                 }
             }
-            self.record.refresh(index).map_err(encoding)?;
         }
         for receipt in self
             .record
@@ -499,7 +476,7 @@ impl TeamRun {
         let decided = turn.decided.expect("applied turns are decided");
         if decided.mode == Mode::Wait && !turn.outcome_arrived && self.record.running() > 0 {
             return Ok(Next::Continue(vec![Effect::WaitChildren {
-                keys: self.running_keys(),
+                keys: self.record.running_keys(),
                 boundary: Boundary::Drained,
                 condition: Condition::Any,
             }]));
@@ -566,7 +543,7 @@ pub(crate) fn validate(
     let Some(mode) = decision.mode else {
         return Err("a decision without an output needs a mode".into());
     };
-    let existing = record.tasks.len() as u64;
+    let existing = record.task_count() as u64;
     let new = decision.tasks.len() as u64;
     if !shared.max_tasks.allows(existing, new) {
         return Err(format!(
@@ -588,6 +565,21 @@ pub(crate) fn validate(
             shared.max_controls
         ));
     }
+    // A pass over the tasks for the new keys and one for the control
+    // targets (none when there are none), not a search per request or
+    // control.
+    let new_keys = decision
+        .tasks
+        .iter()
+        .map(|task| task.key.as_str())
+        .collect();
+    let used = record.keys_among(&new_keys, record.task_count(), false);
+    let targets = decision
+        .controls
+        .iter()
+        .map(|control| control.task.as_str())
+        .collect::<BTreeSet<_>>();
+    let admitted = record.keys_among(&targets, record.task_count(), true);
     for (index, request) in decision.tasks.iter().enumerate() {
         let key = &request.key;
         if key.as_str().starts_with(RESERVED_PREFIX) {
@@ -595,7 +587,7 @@ pub(crate) fn validate(
                 "task key {key} uses the reserved prefix {RESERVED_PREFIX}"
             ));
         }
-        if record.tasks.iter().any(|task| task.key() == key) {
+        if used.contains(key.as_str()) {
             return Err(format!(
                 "task key {key} is already used; follow-up work needs a new key"
             ));
@@ -620,11 +612,7 @@ pub(crate) fn validate(
             .map_err(|violation| format!("task {key} input: {violation}"))?;
     }
     for control in &decision.controls {
-        let admitted = record
-            .tasks
-            .iter()
-            .any(|task| task.key() == &control.task && task.process.is_some());
-        if !admitted {
+        if !admitted.contains(control.task.as_str()) {
             return Err(format!(
                 "control of {} targets no admitted task",
                 control.task

@@ -241,6 +241,136 @@ fn restore_rejects_states_no_run_produces() {
     );
 }
 
+/// Turn 2 in progress with a drained task `a`, a refused task `b` and a
+/// running task `c`, with `settled` in place of `a` when given.
+fn turn_two_state(settled: Option<Value>) -> Value {
+    let drained = json!({
+        "request": {"key": "a", "worker": "w.num", "input": 1},
+        "process": child("a"),
+        "outcome": {"status": "completed", "cause": "completion", "output": 2},
+    });
+    json!({
+        "turn": {"number": 2, "state": 7, "coordinator": child("team.turn.2")},
+        "tasks": [
+            settled.unwrap_or(drained),
+            {"request": {"key": "b", "worker": "w.text", "input": "x"},
+             "rejection": {"kind": "contract", "code": "engine.child.tree_limit", "message": "refused"}},
+            {"request": {"key": "c", "worker": "w.num", "input": 3}, "process": child("c")},
+        ],
+    })
+}
+
+/// Settled tasks (refused, or drained with their outcome) are never
+/// decoded after a restore, only checked; the check must be as strict as
+/// decoding them.
+#[test]
+fn restore_checks_settled_tasks_as_strictly_as_decoding_them() {
+    let team = team();
+    let definition = team.definition();
+    let restore = |state: Value| definition.restore(&ExecutionState(payload(state)));
+    let request = json!({"key": "a", "worker": "w.num", "input": 1});
+    let task =
+        |outcome: Value| json!({"request": request, "process": child("a"), "outcome": outcome});
+    let failure = json!({"kind": "external", "code": "w.failed", "message": "a \"quoted\"\nline"});
+    for good in [
+        task(json!({"status": "completed", "cause": "completion", "output": null})),
+        task(
+            json!({"status": "failed", "cause": "failure", "failure": failure,
+                    "unresolved_effects": ["e_0123456789abcdef0123456789abcdef"]}),
+        ),
+        task(json!({"status": "canceled", "cause": "parent_cancellation", "failure": failure})),
+        json!({"request": request, "rejection": failure}),
+    ] {
+        let text = good.to_string();
+        let state = payload(turn_two_state(Some(good)));
+        let run = definition
+            .restore(&ExecutionState(state.clone()))
+            .unwrap_or_else(|error| panic!("{text}: {error}"));
+        assert_eq!(run.snapshot().expect("snapshots").0, state, "{text}");
+    }
+    for bad in [
+        task(json!({"status": "failed", "cause": "completion", "output": 2})),
+        task(json!({"status": "completed", "cause": "completion"})),
+        task(
+            json!({"status": "completed", "cause": "completion", "output": 2, "failure": failure}),
+        ),
+        task(json!({"status": "failed", "cause": "failure"})),
+        task(
+            json!({"status": "failed", "cause": "failure", "failure": {"kind": "external", "code": "W.Failed", "message": "m"}}),
+        ),
+        task(
+            json!({"status": "failed", "cause": "failure", "failure": {"kind": "external", "code": "w.failed", "message": 5}}),
+        ),
+        task(
+            json!({"status": "failed", "cause": "failure", "failure": {"kind": "external", "code": "w.failed", "message": "m", "extra": 1}}),
+        ),
+        task(
+            json!({"status": "failed", "cause": "failure", "failure": failure, "unresolved_effects": ["e_12"]}),
+        ),
+        task(json!({"status": "completed", "cause": "completion", "output": 2, "extra": 1})),
+        task(json!({"status": "running", "cause": "completion", "output": 2})),
+        task(json!(null)),
+        json!({"request": request, "process": null, "outcome": {"status": "completed", "cause": "completion", "output": 2}}),
+        json!({"request": request, "outcome": {"status": "completed", "cause": "completion", "output": 2}}),
+        json!({"request": request, "process": child("a"), "rejection": failure}),
+        json!({"request": request, "rejection": {"kind": "contract", "code": "x.y"}}),
+        json!({"request": request, "rejection": null}),
+        json!({"request": request, "rejection": failure, "extra": []}),
+        json!({"request": {"key": "a b", "worker": "w.num", "input": 1}, "rejection": failure}),
+        json!({"request": {"key": "k".repeat(129), "worker": "w.num", "input": 1}, "rejection": failure}),
+        json!({"request": {"key": "c", "worker": "w.num", "input": 1}, "rejection": failure}),
+        json!({"request": {"key": "team.turn.1", "worker": "w.num", "input": 1}, "rejection": failure}),
+        json!({"request": {"key": "a", "worker": "w.none", "input": 1}, "rejection": failure}),
+        json!({"request": {"key": "a", "worker": "W.num", "input": 1}, "rejection": failure}),
+        json!({"request": {"key": "a", "worker": "w.num"}, "rejection": failure}),
+        json!({"request": {"key": "a", "worker": "w.num", "input": 1, "extra": 1}, "rejection": failure}),
+        json!({"request": request, "process": "p_0123", "outcome": {"status": "completed", "cause": "completion", "output": 2}}),
+        json!({"request": request, "process": child("c"), "outcome": {"status": "completed", "cause": "completion", "output": 2}}),
+    ] {
+        let text = bad.to_string();
+        let error = restore(turn_two_state(Some(bad)))
+            .err()
+            .unwrap_or_else(|| panic!("{text} restored"));
+        assert_eq!(
+            error.failure().code(),
+            "team.state.invalid",
+            "{text}: {error}"
+        );
+    }
+}
+
+/// A restored team copies its settled tasks' text as it is and records a
+/// fact about a running one: the next snapshot is exactly what the facts
+/// say.
+#[test]
+fn a_restored_team_records_outcomes_beside_its_settled_tasks() {
+    let team = team();
+    let definition = team.definition();
+    let mut run = definition
+        .restore(&ExecutionState(payload(turn_two_state(None))))
+        .expect("restores");
+    let outcome = Termination::completed(payload(json!(5)));
+    let transition = run
+        .step(&[ready(vec![drained("c", outcome.clone())])])
+        .expect("records the outcome");
+    assert!(
+        matches!(&transition, Transition::Continue { effects, .. }
+            if matches!(effects.as_slice(), [Effect::WaitChildren { keys, .. }] if keys == &[key("team.turn.2")])),
+        "{transition:?}"
+    );
+    let mut expected = turn_two_state(None);
+    expected["turn"]["outcome_arrived"] = json!(true);
+    expected["tasks"][2]["outcome"] = json_of(&outcome);
+    let state = run.snapshot().expect("snapshots");
+    assert_eq!(state.0, payload(expected));
+    let restored = definition.restore(&state).expect("restores again");
+    assert_eq!(restored.snapshot().expect("snapshots"), state);
+    let Err(error) = run.step(&[ready(vec![drained("a", outcome)])]) else {
+        panic!("a drained task drained again");
+    };
+    assert_eq!(error.failure().code(), "team.protocol.invalid");
+}
+
 #[test]
 fn stepping_out_of_protocol_is_a_protocol_failure() {
     let team = team();
