@@ -45,17 +45,22 @@ pub struct SchemaViolation {
 }
 
 impl Schema {
-    /// Compiles a schema given as a payload.
+    /// Compiles a schema given as a payload. The same schema compiled again
+    /// anywhere in the process while the first is in use shares its
+    /// validator: records and states that carry a schema (an input wait's
+    /// answer schema) are read far more often than schemas are written.
     pub fn new(json: Payload) -> Result<Schema, SchemaError> {
+        let digest = json.digest();
+        if let Some(validator) = compiled::find(&digest) {
+            return Ok(Schema { json, validator });
+        }
         let validator = jsonschema::draft202012::new(&json.to_value()).map_err(|error| {
             SchemaError::Invalid {
                 message: error.to_string(),
             }
         })?;
-        Ok(Schema {
-            json,
-            validator: Arc::new(validator),
-        })
+        let validator = compiled::keep(digest, Arc::new(validator));
+        Ok(Schema { json, validator })
     }
 
     /// Compiles a schema given as JSON text.
@@ -137,6 +142,55 @@ impl fmt::Debug for Schema {
 impl Serialize for Schema {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         self.json.serialize(serializer)
+    }
+}
+
+/// Validators in use, by the digest of their schema's canonical JSON.
+mod compiled {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
+
+    use crate::digest::Digest;
+
+    struct Compiled {
+        validators: BTreeMap<Digest, Weak<jsonschema::Validator>>,
+        /// Entries when dead ones were last swept.
+        swept: usize,
+    }
+
+    static COMPILED: LazyLock<Mutex<Compiled>> = LazyLock::new(|| {
+        Mutex::new(Compiled {
+            validators: BTreeMap::new(),
+            swept: 0,
+        })
+    });
+
+    pub(super) fn find(digest: &Digest) -> Option<Arc<jsonschema::Validator>> {
+        let compiled = COMPILED.lock().unwrap_or_else(PoisonError::into_inner);
+        compiled.validators.get(digest).and_then(Weak::upgrade)
+    }
+
+    /// Keeps `validator` for reuse (or returns one compiled meanwhile).
+    pub(super) fn keep(
+        digest: Digest,
+        validator: Arc<jsonschema::Validator>,
+    ) -> Arc<jsonschema::Validator> {
+        let mut compiled = COMPILED.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(existing) = compiled.validators.get(&digest).and_then(Weak::upgrade) {
+            return existing;
+        }
+        compiled
+            .validators
+            .insert(digest, Arc::downgrade(&validator));
+        // Sweep dead entries whenever the map has doubled since the last
+        // sweep, so it stays proportional to the schemas in use.
+        if compiled.validators.len() >= 2 * compiled.swept.max(64) {
+            compiled
+                .validators
+                .retain(|_, weak| weak.strong_count() > 0);
+            compiled.swept = compiled.validators.len();
+        }
+        validator
     }
 }
 
@@ -337,6 +391,21 @@ impl fmt::Debug for Descriptor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_same_schema_shares_one_validator_while_in_use() {
+        let text = r#"{"type":"object","properties":{"shared-validator-test":{"type":"integer"}}}"#;
+        let first = Schema::parse(text).expect("compiles");
+        let second = Schema::parse(&format!(" {text} ")).expect("compiles");
+        assert!(Arc::ptr_eq(&first.validator, &second.validator));
+        let payload = Payload::parse_str(r#"{"shared-validator-test":"x"}"#).expect("json");
+        assert!(
+            second.validate(&payload).is_err(),
+            "the shared validator still checks"
+        );
+        let other = Schema::parse(r#"{"type":"string"}"#).expect("compiles");
+        assert!(!Arc::ptr_eq(&first.validator, &other.validator));
+    }
 
     #[derive(serde::Serialize, schemars::JsonSchema)]
     #[serde(deny_unknown_fields)]

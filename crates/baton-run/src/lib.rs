@@ -44,7 +44,7 @@ pub use digest::{Digest, DigestParseError, Purpose};
 pub use engine::{
     ControlError, EffectView, Engine, EngineConfig, Event, EventKind, OutputError, ProcessHandle,
     ProcessView, RecoverError, RecoverOptions, RuntimeError, SignalError, SignalReceipt,
-    SignalRequest, StartError, StartRequest, TreeCapture, TreeView, WaitView,
+    SignalRequest, Sleep, StartError, StartRequest, TreeCapture, TreeView, WaitView,
 };
 pub use failure::{Cause, Failure, FailureKind, Status, StepError, Termination};
 pub use ids::{

@@ -339,36 +339,40 @@ pub fn verify(
 ) -> Result<(u64, Digest), VerifyError> {
     let (mut seq, mut head) = (after_seq, after_hash);
     for record in records {
-        let fail = |reason: String| VerifyError {
-            seq: record.seq,
-            reason,
-        };
-        if record.seq != seq + 1 {
-            return Err(fail(format!("expected sequence {}", seq + 1)));
-        }
-        if record.prev != head {
-            return Err(fail(
-                "prev does not match the previous record's hash".into(),
-            ));
-        }
-        if chain_hash(record.seq, record.prev, &record.body) != record.hash {
-            return Err(fail("hash does not match the record's bytes".into()));
-        }
-        match record.decode() {
-            Ok(body) if body.kind() == record.kind => {}
-            Ok(body) => {
-                return Err(fail(format!(
-                    "body is {} but the record says {}",
-                    body.kind(),
-                    record.kind
-                )));
-            }
-            Err(error) => return Err(fail(format!("body does not decode: {error}"))),
-        }
+        check(seq, head, record)?;
         seq = record.seq;
         head = record.hash;
     }
     Ok((seq, head))
+}
+
+/// Checks that `record` follows `(seq, head)` and that its bytes are its
+/// hash's and decode to its kind; returns the decoded body.
+pub(crate) fn check(seq: u64, head: Digest, record: &Record) -> Result<RecordBody, VerifyError> {
+    let fail = |reason: String| VerifyError {
+        seq: record.seq,
+        reason,
+    };
+    if record.seq != seq + 1 {
+        return Err(fail(format!("expected sequence {}", seq + 1)));
+    }
+    if record.prev != head {
+        return Err(fail(
+            "prev does not match the previous record's hash".into(),
+        ));
+    }
+    if chain_hash(record.seq, record.prev, &record.body) != record.hash {
+        return Err(fail("hash does not match the record's bytes".into()));
+    }
+    match record.decode() {
+        Ok(body) if body.kind() == record.kind => Ok(body),
+        Ok(body) => Err(fail(format!(
+            "body is {} but the record says {}",
+            body.kind(),
+            record.kind
+        ))),
+        Err(error) => Err(fail(format!("body does not decode: {error}"))),
+    }
 }
 
 /// The whole tree state at a sequence number, with the chain head it covers.

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use baton_run::log::{Record, RecordBody};
 use baton_run::{
-    AcquireRequest, Acquired, Append, AppendOutcome, Cause, Digest, MemoryStore, Payload,
-    ProcessId, RecoverOptions, RuntimeError, Scope, SignalError, SignalId, SignalRequest, Store,
-    Termination, Timestamp, TreeMeta, TreeStatus,
+    AcquireRequest, Acquired, Append, AppendOutcome, Cause, Digest, Engine, EngineConfig,
+    MemoryStore, Payload, ProcessId, RecoverOptions, RuntimeError, Scope, SignalError, SignalId,
+    SignalRequest, Sleep, Store, Termination, Timestamp, TreeMeta, TreeStatus,
 };
 use common::{Kind, id, open_wait, program, request};
 
@@ -201,4 +201,59 @@ async fn a_forced_takeover_stops_the_old_engine_without_writing() {
         handle.await_result().await,
         Err(RuntimeError::Fenced { .. })
     ));
+}
+
+#[tokio::test]
+async fn a_sleeping_tree_whose_log_moved_wakes_stopped_in_every_sleep_mode() {
+    for (index, sleep) in [Sleep::Packed, Sleep::Unloaded].into_iter().enumerate() {
+        let ask = program(Kind::Ask, None);
+        let store = MemoryStore::keeping_history();
+        let mut config = EngineConfig::with_store(Arc::new(store.clone())).program(&ask);
+        config.sleep = sleep;
+        let old = Engine::new(config);
+        let handle = old
+            .start(&ask, request(&format!("moved-{index}"), "q"))
+            .await
+            .expect("starts");
+        let wait = open_wait(&handle).await;
+
+        // Another engine takes the tree over and answers it to the end.
+        let new = common::engine(Arc::new(store.clone()), &[&ask]);
+        let report = new
+            .recover(RecoverOptions {
+                force: true,
+                scope: None,
+            })
+            .await
+            .expect("lists");
+        assert!(report[0].1.is_ok(), "{sleep:?}");
+        let scope = Scope::new("acme").expect("valid");
+        let taken = new
+            .process::<serde_json::Value>(&scope, handle.tree())
+            .await
+            .expect("taken over");
+        let answer = |id: &str| SignalRequest {
+            id: SignalId::new(id).expect("valid"),
+            wait: Some(wait),
+            payload: Payload::encode(&true).expect("encodes"),
+        };
+        taken.signal(answer("to-new")).await.expect("admitted");
+        taken.join().await.expect("completes");
+        let before = store.records(handle.tree()).len();
+
+        // The sleeping old writer wakes to a log that moved: it stops
+        // without writing, whether it kept its state or reloads it.
+        let error = handle
+            .signal(answer("to-old"))
+            .await
+            .expect_err("the old writer is stopped");
+        assert!(
+            matches!(
+                error,
+                SignalError::Stopped(RuntimeError::Fenced { .. } | RuntimeError::Conflict { .. })
+            ),
+            "{sleep:?}: {error:?}"
+        );
+        assert_eq!(store.records(handle.tree()).len(), before, "{sleep:?}");
+    }
 }

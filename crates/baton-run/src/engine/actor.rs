@@ -34,7 +34,7 @@ use super::state::{Phase, ProcessState, TreeState, ending_failure, signal_digest
 use super::view::{Event, EventKind, TreeView};
 use super::{
     ControlError, Door, EngineInner, Published, Publisher, RecoverError, RuntimeError, SignalError,
-    SignalReceipt, SignalRequest, StartError, TreeOutcome, TreeShared, fold, owner_is_gone,
+    SignalReceipt, SignalRequest, Sleep, StartError, TreeOutcome, TreeShared, fold, owner_is_gone,
     panic_failure,
 };
 
@@ -457,26 +457,22 @@ struct Owner {
     renew: bool,
 }
 
-/// A sleeping tree's state: packed into its JSON while it sleeps, which
-/// takes a fraction of the memory of the unpacked maps.
+/// A sleeping tree's state, as [`Sleep`] asks: packed into its JSON (a
+/// fraction of the memory of the unpacked maps), or left to the store.
 enum Dormant {
     Live(TreeState),
     Packed(Box<[u8]>),
+    Stored,
 }
 
 impl Dormant {
-    fn pack(state: TreeState) -> Dormant {
-        match serde_json::to_vec(&state) {
-            Ok(bytes) => Dormant::Packed(bytes.into_boxed_slice()),
-            Err(_) => Dormant::Live(state),
-        }
-    }
-
-    fn unpack(self) -> Result<TreeState, String> {
-        match self {
-            Dormant::Live(state) => Ok(state),
-            Dormant::Packed(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|error| format!("a sleeping tree's state did not read back: {error}")),
+    fn of(state: TreeState, sleep: Sleep) -> Dormant {
+        match sleep {
+            Sleep::Unloaded => Dormant::Stored,
+            Sleep::Awake | Sleep::Packed => match serde_json::to_vec(&state) {
+                Ok(bytes) => Dormant::Packed(bytes.into_boxed_slice()),
+                Err(_) => Dormant::Live(state),
+            },
         }
     }
 }
@@ -514,15 +510,19 @@ pub(super) fn wake(
     shared: &Arc<TreeShared>,
     sleeper: Sleeper,
 ) -> Option<mpsc::UnboundedSender<Box<Command>>> {
-    let state = match sleeper.state.unpack() {
-        Ok(state) => state,
-        Err(message) => {
-            sleeper.owner.close(RuntimeError::Inconsistent {
-                tree: shared.tree,
-                message,
-            });
-            return None;
-        }
+    let state = match sleeper.state {
+        Dormant::Live(state) => state,
+        Dormant::Packed(bytes) => match serde_json::from_slice(&bytes) {
+            Ok(state) => state,
+            Err(error) => {
+                sleeper.owner.close(RuntimeError::Inconsistent {
+                    tree: shared.tree,
+                    message: format!("a sleeping tree's state did not read back: {error}"),
+                });
+                return None;
+            }
+        },
+        Dormant::Stored => return Some(launch_reloading(engine, shared, sleeper.owner)),
     };
     // Every live program was registered when the tree went to sleep, and the
     // registry only grows.
@@ -537,6 +537,26 @@ pub(super) fn wake(
     ))
 }
 
+/// The ends of a new owner task's channels.
+struct Channels {
+    commands: mpsc::UnboundedReceiver<Box<Command>>,
+    completions: mpsc::UnboundedReceiver<Box<Completion>>,
+    completion_sender: mpsc::UnboundedSender<Box<Completion>>,
+}
+
+fn channels() -> (mpsc::UnboundedSender<Box<Command>>, Channels) {
+    let (commands_sender, commands) = mpsc::unbounded_channel();
+    let (completion_sender, completions) = mpsc::unbounded_channel();
+    (
+        commands_sender,
+        Channels {
+            commands,
+            completions,
+            completion_sender,
+        },
+    )
+}
+
 fn launch_actor(
     engine: &Arc<EngineInner>,
     shared: &Arc<TreeShared>,
@@ -546,41 +566,88 @@ fn launch_actor(
     executions: BTreeMap<ProcessId, Box<dyn Execution>>,
 ) -> mpsc::UnboundedSender<Box<Command>> {
     let tree = state.root;
-    let (commands_sender, commands) = mpsc::unbounded_channel();
-    let (completion_sender, completions) = mpsc::unbounded_channel();
-    let live = state
-        .processes
-        .iter()
-        .filter(|(_, p)| p.termination.is_none())
-        .map(|(id, _)| *id)
-        .collect();
-    let actor = Actor {
-        engine: engine.clone(),
-        shared: shared.clone(),
-        tree,
-        state,
-        programs,
-        executions,
-        token: owner.token,
-        head_seq: owner.head_seq,
-        head: owner.head,
-        snapshots: owner.snapshots,
-        renew: owner.renew,
-        released: false,
-        staged: Vec::new(),
-        after: Vec::new(),
-        in_flight: BTreeMap::new(),
-        live,
-        replay_allowed: BTreeSet::new(),
-        inspects: Vec::new(),
-        attempts: 0,
-        commands,
-        completions,
-        completion_sender,
-        outcome: owner.outcome,
-    };
+    let (sender, channels) = channels();
+    let actor = Actor::new(engine, shared, state, owner, programs, executions, channels);
+    spawn_owner(engine, tree, actor.run());
+    sender
+}
+
+/// Respawns the owner task of a tree whose state was left to the store: the
+/// task loads and folds it first (commands wait in the channel meanwhile),
+/// and stops the tree if the log is not exactly where this writer left it.
+fn launch_reloading(
+    engine: &Arc<EngineInner>,
+    shared: &Arc<TreeShared>,
+    owner: Owner,
+) -> mpsc::UnboundedSender<Box<Command>> {
+    let tree = shared.tree;
+    let (sender, channels) = channels();
+    let (engine_ref, shared) = (engine.clone(), shared.clone());
+    spawn_owner(engine, tree, async move {
+        let engine = engine_ref;
+        match reload(&engine, tree, &owner).await {
+            Ok(state) => {
+                let programs = programs_of(&engine, &state).unwrap_or_default();
+                let actor = Actor::new(
+                    &engine,
+                    &shared,
+                    state,
+                    owner,
+                    programs,
+                    BTreeMap::new(),
+                    channels,
+                );
+                actor.run().await;
+            }
+            Err(error) => {
+                owner.close(error);
+                if let Ok(mut door) = shared.door.lock() {
+                    *door = Door::Closed;
+                }
+            }
+        }
+    });
+    sender
+}
+
+/// Loads and folds a sleeping tree, checking the log ends where it did.
+async fn reload(
+    engine: &EngineInner,
+    tree: TreeId,
+    owner: &Owner,
+) -> Result<TreeState, RuntimeError> {
+    let load = engine
+        .store
+        .load(tree)
+        .await
+        .map_err(|error| RuntimeError::Storage {
+            tree,
+            head_seq: owner.head_seq,
+            error,
+        })?;
+    let (state, head_seq, head) =
+        fold(tree, &load).map_err(|error| RuntimeError::Inconsistent {
+            tree,
+            message: format!("a sleeping tree did not reload: {error}"),
+        })?;
+    if (head_seq, head) != (owner.head_seq, owner.head) {
+        return Err(RuntimeError::Conflict {
+            tree,
+            expected: owner.head_seq,
+            found: head_seq,
+        });
+    }
+    Ok(state)
+}
+
+/// Spawns a tree's owner task and keeps its abort handle.
+fn spawn_owner(
+    engine: &Arc<EngineInner>,
+    tree: TreeId,
+    task: impl std::future::Future<Output = ()> + Send + 'static,
+) {
     let span = tracing::info_span!("tree", %tree);
-    let task = tokio::spawn(actor.run().instrument(span));
+    let task = tokio::spawn(task.instrument(span));
     if let Ok(mut tasks) = engine.tasks.lock() {
         // Prune finished handles now and then, so starting many trees stays linear.
         if tasks.len() % 1024 == 1023 {
@@ -588,10 +655,51 @@ fn launch_actor(
         }
         tasks.push(task.abort_handle());
     }
-    commands_sender
 }
 
 impl Actor {
+    fn new(
+        engine: &Arc<EngineInner>,
+        shared: &Arc<TreeShared>,
+        state: TreeState,
+        owner: Owner,
+        programs: BTreeMap<ProcessId, Program>,
+        executions: BTreeMap<ProcessId, Box<dyn Execution>>,
+        channels: Channels,
+    ) -> Actor {
+        let live = state
+            .processes
+            .iter()
+            .filter(|(_, p)| p.termination.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        Actor {
+            engine: engine.clone(),
+            shared: shared.clone(),
+            tree: state.root,
+            state,
+            programs,
+            executions,
+            token: owner.token,
+            head_seq: owner.head_seq,
+            head: owner.head,
+            snapshots: owner.snapshots,
+            renew: owner.renew,
+            released: false,
+            staged: Vec::new(),
+            after: Vec::new(),
+            in_flight: BTreeMap::new(),
+            live,
+            replay_allowed: BTreeSet::new(),
+            inspects: Vec::new(),
+            attempts: 0,
+            commands: channels.commands,
+            completions: channels.completions,
+            completion_sender: channels.completion_sender,
+            outcome: owner.outcome,
+        }
+    }
+
     async fn run(mut self) {
         if self.renew {
             self.renew = false;
@@ -678,7 +786,7 @@ impl Actor {
     /// Nothing can happen in this tree without input from outside: nothing
     /// staged or in flight, no deadline to watch, no pending replies.
     fn idle(&self) -> bool {
-        self.engine.hibernate
+        self.engine.sleep != Sleep::Awake
             && self.staged.is_empty()
             && self.after.is_empty()
             && self.inspects.is_empty()
@@ -700,7 +808,7 @@ impl Actor {
             return Some(self);
         }
         *door = Door::Asleep(Box::new(Sleeper {
-            state: Dormant::pack(self.state),
+            state: Dormant::of(self.state, self.engine.sleep),
             owner: Owner {
                 token: self.token,
                 head_seq: self.head_seq,

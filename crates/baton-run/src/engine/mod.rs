@@ -19,7 +19,7 @@ use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::digest::Digest;
 use crate::failure::{Failure, FailureKind, Termination};
 use crate::ids::{ChildKey, EffectId, ProcessId, Scope, SignalId, StartId, TreeId, WaitId};
-use crate::log::{Record, RecordBody, VerifyError, verify};
+use crate::log::VerifyError;
 use crate::payload::{Payload, PayloadError};
 use crate::program::{Program, Settlement};
 use crate::store::{ListFilter, Store, StoreError, TreeStatus};
@@ -48,9 +48,27 @@ pub struct EngineConfig {
     pub event_capacity: usize,
     /// Limits given to every tree this engine starts (recorded with the tree).
     pub limits: TreeLimits,
-    /// Let idle trees (nothing in flight, no deadline) end their task and
-    /// wait for a command with only their state in memory.
-    pub hibernate: bool,
+    /// What an idle tree (nothing staged or in flight, no deadline) keeps
+    /// in memory while it waits for a command.
+    pub sleep: Sleep,
+}
+
+/// What an idle tree keeps in memory while it waits (for input, an answer,
+/// a resolution). A tree waiting for a person may wait for days; a host may
+/// hold many thousands of them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Sleep {
+    /// Its owner task keeps running, with everything in memory.
+    Awake,
+    /// Its owner task ends; its state stays in memory, packed as JSON, and
+    /// is unpacked when a command wakes it.
+    Packed,
+    /// Its owner task ends and its state leaves memory: only the lease and
+    /// what its handles share stay. A command reloads it from the store
+    /// (one load and fold), after checking that nobody wrote to it meanwhile.
+    #[default]
+    Unloaded,
 }
 
 impl EngineConfig {
@@ -71,7 +89,7 @@ impl EngineConfig {
             snapshot_every: 512,
             event_capacity: 4096,
             limits: TreeLimits::default(),
-            hibernate: true,
+            sleep: Sleep::default(),
         }
     }
 
@@ -607,7 +625,7 @@ pub(crate) struct EngineInner {
     max_steps_per_commit: usize,
     snapshot_every: u64,
     limits: TreeLimits,
-    hibernate: bool,
+    sleep: Sleep,
     trees: Mutex<BTreeMap<TreeId, Weak<TreeShared>>>,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     events: broadcast::Sender<Event>,
@@ -734,10 +752,12 @@ pub(crate) fn fold(
         }
         None => (0, Digest::ZERO, None),
     };
-    let (head_seq, head) = verify(start_seq, start_head, &load.records)
-        .map_err(|error: VerifyError| corrupt(error.to_string()))?;
+    let (mut head_seq, mut head) = (start_seq, start_head);
     for record in &load.records {
-        let body = decode(record).map_err(&corrupt)?;
+        // Each record is checked against the chain and decoded once.
+        let body = crate::log::check(head_seq, head, record)
+            .map_err(|error: VerifyError| corrupt(error.to_string()))?;
+        (head_seq, head) = (record.seq, record.hash);
         let folded = match &mut state {
             None => state.insert(TreeState::started(&body).map_err(|e| corrupt(e.to_string()))?),
             Some(state) => {
@@ -754,12 +774,6 @@ pub(crate) fn fold(
         return Err(corrupt(format!("log names root {}", state.root)));
     }
     Ok((state, head_seq, head))
-}
-
-fn decode(record: &Record) -> Result<RecordBody, String> {
-    record
-        .decode()
-        .map_err(|error| format!("record {} does not decode: {error}", record.seq))
 }
 
 impl Engine {
@@ -791,7 +805,7 @@ impl Engine {
                 max_steps_per_commit: config.max_steps_per_commit.max(1),
                 snapshot_every: config.snapshot_every.max(1),
                 limits: config.limits,
-                hibernate: config.hibernate,
+                sleep: config.sleep,
                 trees: Mutex::new(BTreeMap::new()),
                 tasks: Mutex::new(Vec::new()),
                 events,
