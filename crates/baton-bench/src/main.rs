@@ -101,8 +101,8 @@ use baton::run::{
     Dispatcher, Effect, EffectId, Engine, EngineConfig, Execution, ExecutionState, Failure,
     ListFilter, MemoryStore, Name, Payload, ProcessHandle, Program, ProgramConfig, Quota,
     RecoverOptions, ReplayPolicy, Schema, Scope, Settlement, Signal, SignalId, SignalRequest,
-    StartId, StartRequest, Status, StepError, Store, Transition, TreeId, TreeLimits, WaitId,
-    configuration_digest, implementation_digest,
+    StartId, StartRequest, Status, StepError, Store, Transition, TreeId, TreeLimits, TreeStatus,
+    WaitId, configuration_digest, implementation_digest,
 };
 use baton::store::sqlite::SqliteStore;
 use baton::team::{
@@ -546,11 +546,15 @@ impl BenchStore {
 
     /// An engine configuration with the defaults over this store.
     fn config(&self) -> EngineConfig {
-        let store: Arc<dyn Store> = match &self.backend {
+        EngineConfig::with_store(self.store())
+    }
+
+    /// The store, as the engine sees it.
+    fn store(&self) -> Arc<dyn Store> {
+        match &self.backend {
             Backend::Memory(store) => Arc::new(store.clone()),
             Backend::Sqlite(store) => Arc::new(store.clone()),
-        };
-        EngineConfig::with_store(store)
+        }
     }
 
     /// The memory store, to read its records.
@@ -1325,7 +1329,7 @@ async fn resume_run(run: usize, kind: StoreKind, trees: usize, phase2: Phase2) -
         let engine = Engine::new(store.config().program(&gate));
         let mut handles = Vec::with_capacity(trees);
         let prefix = format!("resume-{run}");
-        start_waiting(&engine, &gate, &prefix, trees, &mut handles).await?;
+        start_waiting(&store, &engine, &gate, &prefix, trees, &mut handles).await?;
         // A clean shutdown releases the leases of the trees it reaches, and
         // it reaches the hibernating ones through their handles; a tree
         // nobody holds would keep its lease until it expired.
@@ -1445,13 +1449,13 @@ async fn idle_run(run: usize, kind: StoreKind, roots: usize) -> Result<Sample> {
     let engine = Engine::new(store.config().program(&gate));
     let mut handles = Vec::with_capacity(IDLE_WARM_UP.max(roots));
     let warm = format!("warm-{run}");
-    start_waiting(&engine, &gate, &warm, IDLE_WARM_UP, &mut handles).await?;
+    start_waiting(&store, &engine, &gate, &warm, IDLE_WARM_UP, &mut handles).await?;
     handles.clear();
 
     let phase = Phase::on(&store).await?;
     let before = status_bytes("VmRSS")?;
     let prefix = format!("idle-{run}");
-    start_waiting(&engine, &gate, &prefix, roots, &mut handles).await?;
+    start_waiting(&store, &engine, &gate, &prefix, roots, &mut handles).await?;
     // Measured while the host still holds every handle: an idle tree nobody
     // holds is dropped from memory and reloaded from the store on demand.
     let after = status_bytes("VmRSS")?;
@@ -1468,12 +1472,14 @@ async fn idle_run(run: usize, kind: StoreKind, roots: usize) -> Result<Sample> {
 /// Starts `count` gate roots (each asking with its index) and returns once
 /// every one of them is waiting.
 async fn start_waiting(
+    store: &BenchStore,
     engine: &Engine,
     gate: &Program<u64, Answer>,
     prefix: &str,
     count: usize,
     handles: &mut Vec<ProcessHandle<Answer>>,
 ) -> Result<()> {
+    let first = handles.len();
     for index in 0..count {
         handles.push(
             engine
@@ -1481,18 +1487,25 @@ async fn start_waiting(
                 .await?,
         );
     }
-    for handle in handles.iter() {
-        let mut polls = 0u32;
-        loop {
-            let view = handle.inspect().await?;
-            match view.root().status {
-                Status::Waiting => break,
-                Status::Running if polls < 1_000_000 => {}
-                other => bail!("a gate root is {other:?} instead of waiting"),
-            }
-            polls += 1;
-            tokio::task::yield_now().await;
+    // Watch the store's listing rather than each tree: inspecting a tree
+    // wakes it, and a sleeping tree should stay asleep.
+    let mut pending: std::collections::BTreeSet<TreeId> =
+        handles[first..].iter().map(ProcessHandle::tree).collect();
+    let store = store.store();
+    let waiting = ListFilter {
+        status: Some(TreeStatus::Waiting),
+        scope: None,
+    };
+    let mut polls = 0u32;
+    while !pending.is_empty() {
+        for meta in store.list(waiting.clone()).await? {
+            pending.remove(&meta.tree);
         }
+        polls += 1;
+        if polls > 100_000 {
+            bail!("{} gate roots never reached waiting", pending.len());
+        }
+        tokio::task::yield_now().await;
     }
     Ok(())
 }
