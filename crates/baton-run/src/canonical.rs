@@ -32,7 +32,7 @@ fn unsupported(what: &str) -> Error {
 }
 
 /// Writes a JSON string exactly as serde_json escapes it.
-fn write_str(out: &mut Vec<u8>, text: &str) -> Result<(), Error> {
+pub(crate) fn write_str(out: &mut Vec<u8>, text: &str) -> Result<(), Error> {
     out.push(b'"');
     escape_into(out, text);
     out.push(b'"');

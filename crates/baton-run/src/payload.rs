@@ -5,8 +5,8 @@ use std::sync::{Arc, OnceLock};
 
 use serde::de::{DeserializeOwned, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Map, Number, Value};
 
 use crate::digest::{Digest, Purpose};
 
@@ -79,11 +79,9 @@ impl Payload {
             return Self::from_canonical_raw(raw);
         }
         let mut deserializer = serde_json::Deserializer::from_slice(text);
-        let value = StrictSeed
-            .deserialize(&mut deserializer)
-            .map_err(classify_parse_error)?;
+        let canonical = StrictText::read(&mut deserializer).map_err(classify_parse_error)?;
         deserializer.end().map_err(classify_parse_error)?;
-        Self::from_value(&value)
+        Self::from_canonical_text(canonical)
     }
 
     /// Parses JSON text given as a string.
@@ -95,6 +93,14 @@ impl Payload {
     /// serializing the value yields the canonical bytes directly.
     pub fn from_value(value: &Value) -> Result<Payload, PayloadError> {
         let raw = serde_json::value::to_raw_value(value).map_err(|error| PayloadError::Encode {
+            message: error.to_string(),
+        })?;
+        Self::from_canonical_raw(raw)
+    }
+
+    /// A payload of text this module wrote canonically.
+    fn from_canonical_text(text: String) -> Result<Payload, PayloadError> {
+        let raw = RawValue::from_string(text).map_err(|error| PayloadError::Encode {
             message: error.to_string(),
         })?;
         Self::from_canonical_raw(raw)
@@ -453,8 +459,8 @@ impl<'de> Visitor<'de> for PayloadVisitor {
         self,
         deserializer: D,
     ) -> Result<Payload, D::Error> {
-        let value = StrictSeed.deserialize(deserializer)?;
-        Payload::from_value(&value).map_err(serde::de::Error::custom)
+        let text = StrictText::read(deserializer)?;
+        Payload::from_canonical_text(text).map_err(serde::de::Error::custom)
     }
 
     /// serde_json's answer: one entry, the token and the raw text.
@@ -482,85 +488,141 @@ impl schemars::JsonSchema for Payload {
     }
 }
 
-/// Deserializes any JSON value, rejecting duplicate object keys (serde_json
-/// alone keeps the last duplicate silently).
-struct StrictSeed;
+/// Deserializes any JSON value straight into its canonical text (object
+/// keys sorted), rejecting duplicate object keys (serde_json alone keeps
+/// the last duplicate silently).
+struct StrictText<'a> {
+    out: &'a mut Vec<u8>,
+}
 
-impl<'de> DeserializeSeed<'de> for StrictSeed {
-    type Value = Value;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        deserializer.deserialize_any(StrictVisitor)
+impl StrictText<'_> {
+    /// The canonical text of whatever `deserializer` holds.
+    fn read<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+        let mut out = Vec::with_capacity(64);
+        StrictText { out: &mut out }.deserialize(deserializer)?;
+        String::from_utf8(out).map_err(|_| serde::de::Error::custom("non-UTF-8 text"))
     }
 }
 
-struct StrictVisitor;
+impl<'de> DeserializeSeed<'de> for StrictText<'_> {
+    type Value = ();
 
-impl<'de> Visitor<'de> for StrictVisitor {
-    type Value = Value;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for StrictText<'_> {
+    type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON value")
     }
 
-    fn visit_bool<E>(self, value: bool) -> Result<Value, E> {
-        Ok(Value::Bool(value))
+    fn visit_bool<E>(self, value: bool) -> Result<(), E> {
+        self.out
+            .extend_from_slice(if value { b"true" } else { b"false" });
+        Ok(())
     }
 
-    fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
-        Ok(Value::Number(value.into()))
+    fn visit_i64<E: serde::de::Error>(self, value: i64) -> Result<(), E> {
+        serde_json::to_writer(self.out, &value).map_err(E::custom)
     }
 
-    fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
-        Ok(Value::Number(value.into()))
+    fn visit_u64<E: serde::de::Error>(self, value: u64) -> Result<(), E> {
+        serde_json::to_writer(self.out, &value).map_err(E::custom)
     }
 
-    fn visit_f64<E: serde::de::Error>(self, value: f64) -> Result<Value, E> {
-        Number::from_f64(value)
-            .map(Value::Number)
-            .ok_or_else(|| E::custom("non-finite number"))
-    }
-
-    fn visit_str<E>(self, value: &str) -> Result<Value, E> {
-        Ok(Value::String(value.to_owned()))
-    }
-
-    fn visit_string<E>(self, value: String) -> Result<Value, E> {
-        Ok(Value::String(value))
-    }
-
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-
-    fn visit_none<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        StrictSeed.deserialize(deserializer)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
-        while let Some(item) = seq.next_element_seed(StrictSeed)? {
-            items.push(item);
+    /// As a `serde_json::Number` writes it; non-finite numbers are refused.
+    fn visit_f64<E: serde::de::Error>(self, value: f64) -> Result<(), E> {
+        if !value.is_finite() {
+            return Err(E::custom("non-finite number"));
         }
-        Ok(Value::Array(items))
+        serde_json::to_writer(self.out, &value).map_err(E::custom)
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut object = Map::new();
+    fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<(), E> {
+        crate::canonical::write_str(self.out, value).map_err(E::custom)
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        self.out.extend_from_slice(b"null");
+        Ok(())
+    }
+
+    fn visit_none<E>(self) -> Result<(), E> {
+        self.out.extend_from_slice(b"null");
+        Ok(())
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        self.deserialize(deserializer)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        self.out.push(b'[');
+        let mut first = true;
+        loop {
+            let mark = self.out.len();
+            if !first {
+                self.out.push(b',');
+            }
+            if seq
+                .next_element_seed(StrictText {
+                    out: &mut *self.out,
+                })?
+                .is_none()
+            {
+                self.out.truncate(mark);
+                break;
+            }
+            first = false;
+        }
+        self.out.push(b']');
+        Ok(())
+    }
+
+    /// Writes the entries as they come, then puts them in key order if they
+    /// came in another; a repeated key is an error.
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        self.out.push(b'{');
+        let start = self.out.len();
+        let mut entries: Vec<(String, usize, usize)> = Vec::new();
+        let mut in_order = true;
         while let Some(key) = map.next_key::<String>()? {
-            if object.contains_key(&key) {
+            if !entries.is_empty() {
+                self.out.push(b',');
+            }
+            let from = self.out.len();
+            crate::canonical::write_str(self.out, &key).map_err(serde::de::Error::custom)?;
+            self.out.push(b':');
+            map.next_value_seed(StrictText {
+                out: &mut *self.out,
+            })?;
+            if let Some((last, _, _)) = entries.last() {
+                in_order &= *last < key;
+            }
+            entries.push((key, from, self.out.len()));
+        }
+        if !in_order {
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            if let Some(pair) = entries.windows(2).find(|pair| pair[0].0 == pair[1].0) {
                 return Err(serde::de::Error::custom(format_args!(
-                    "{DUPLICATE_PREFIX}{key:?}"
+                    "{DUPLICATE_PREFIX}{:?}",
+                    pair[0].0
                 )));
             }
-            let value = map.next_value_seed(StrictSeed)?;
-            object.insert(key, value);
+            let written = self.out.split_off(start);
+            for (index, (_, from, to)) in entries.iter().enumerate() {
+                if index > 0 {
+                    self.out.push(b',');
+                }
+                self.out
+                    .extend_from_slice(&written[from - start..to - start]);
+            }
         }
-        Ok(Value::Object(object))
+        self.out.push(b'}');
+        Ok(())
     }
 }
 
