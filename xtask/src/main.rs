@@ -3,7 +3,7 @@
 //! `cargo xtask ci` is the single definition of CI: it runs every check the project has, in
 //! order, and summarizes the failures. `cargo xtask tidy` runs only the architecture and hygiene
 //! checks of [`tidy`], which plain `cargo test` also enforces through a test in that module.
-//! `cargo xtask bench` runs the kernel benchmarks (`baton-bench`) in release mode.
+//! `cargo xtask bench` runs the benchmark workloads (`baton-bench`) in release mode.
 //! See `docs/development.md` for what each step does and `docs/performance.md` for the bench.
 
 mod ci;
@@ -24,7 +24,7 @@ commands:
   ci [STEP...]   run the CI steps (all of them when none is named), in order:
                  fmt, clippy, test, doctest, rustdoc, tidy, readme
   tidy           run the tidy checks (dependency edges, crate docs, ignored tests, manifests)
-  bench [ARG...] run the kernel benchmarks in release mode, passing ARGs to baton-bench
+  bench [ARG...] run the benchmark workloads in release mode, passing ARGs to baton-bench
                  (`cargo xtask bench -- --help` lists them)
   help           print this text";
 
