@@ -138,7 +138,7 @@ options:
   --dispatches N  dispatches per `dispatch` run (default 5000)
   --children N    child lifecycles per `children` run (default 2000)
   --resume N      parked roots per `resume1000` run (default 1000)
-  --idle N        waiting roots per `idle` run (default 20000)";
+  --idle N        waiting roots per `idle` run (default 100000, as W6 asks)";
 
 /// Roots started (and left waiting) in an `idle` run before the baseline
 /// reading, so lazily built runtime and allocator structures are not charged
@@ -306,7 +306,7 @@ impl Options {
             dispatches: 5_000,
             children: 2_000,
             resume: 1_000,
-            idle: 20_000,
+            idle: 100_000,
             worker: None,
             warm_up: false,
             resume_phase2: None,
