@@ -257,3 +257,46 @@ async fn a_sleeping_tree_whose_log_moved_wakes_stopped_in_every_sleep_mode() {
         assert_eq!(store.records(handle.tree()).len(), before, "{sleep:?}");
     }
 }
+
+#[tokio::test]
+async fn closing_an_engine_releases_every_sleeping_tree_and_tells_its_handles() {
+    let ask = program(Kind::Ask, None);
+    let store = MemoryStore::keeping_history();
+    let engine = common::engine(Arc::new(store.clone()), &[&ask]);
+    let mut handles = Vec::new();
+    for index in 0..8 {
+        let handle = engine
+            .start(&ask, request(&format!("sleeper-{index}"), "q"))
+            .await
+            .expect("starts");
+        open_wait(&handle).await;
+        handles.push(handle);
+    }
+    let before: Vec<usize> = handles
+        .iter()
+        .map(|h| store.records(h.tree()).len())
+        .collect();
+    engine.close().await;
+    for handle in &handles {
+        assert!(matches!(
+            handle.await_result().await,
+            Err(RuntimeError::Closed { .. })
+        ));
+    }
+    let after: Vec<usize> = handles
+        .iter()
+        .map(|h| store.records(h.tree()).len())
+        .collect();
+    assert_eq!(before, after, "closing wrote nothing");
+    // Every lease was given up: a new engine takes every tree without force.
+    let next = common::engine(Arc::new(store.clone()), &[&ask]);
+    let report = next
+        .recover(RecoverOptions::default())
+        .await
+        .expect("lists");
+    assert_eq!(report.len(), 8);
+    assert!(
+        report.iter().all(|(_, result)| result.is_ok()),
+        "{report:?}"
+    );
+}

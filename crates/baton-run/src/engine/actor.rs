@@ -493,6 +493,11 @@ impl Sleeper {
     pub(super) fn close(self, error: RuntimeError) {
         self.owner.close(error);
     }
+
+    /// The fencing token of the lease the sleeping tree holds.
+    pub(super) fn token(&self) -> u64 {
+        self.owner.token
+    }
 }
 
 /// When the next snapshot is due.

@@ -1004,16 +1004,41 @@ impl Engine {
             .lock()
             .map(|trees| trees.values().filter_map(Weak::upgrade).collect())
             .unwrap_or_default();
+        // Trees close concurrently, so their lease releases share commits.
+        let mut closing = tokio::task::JoinSet::new();
         for shared in trees {
-            let (reply, done) = oneshot::channel();
-            if self
-                .inner
-                .send(&shared, Box::new(Command::Close { reply }))
-                .is_ok()
-            {
-                let _ = done.await;
-            }
+            let inner = self.inner.clone();
+            let asleep = match shared.door.lock() {
+                Ok(mut door) => match std::mem::replace(&mut *door, Door::Closed) {
+                    Door::Asleep(sleeper) => Some(sleeper),
+                    other => {
+                        *door = other;
+                        None
+                    }
+                },
+                Err(_) => None,
+            };
+            closing.spawn(async move {
+                match asleep {
+                    // A sleeping tree closes where it sleeps: its lease is
+                    // given up without waking (or reloading) it.
+                    Some(sleeper) => {
+                        let _ = inner.store.release(shared.tree, sleeper.token()).await;
+                        sleeper.close(RuntimeError::Closed { tree: shared.tree });
+                    }
+                    None => {
+                        let (reply, done) = oneshot::channel();
+                        if inner
+                            .send(&shared, Box::new(Command::Close { reply }))
+                            .is_ok()
+                        {
+                            let _ = done.await;
+                        }
+                    }
+                }
+            });
         }
+        while closing.join_next().await.is_some() {}
     }
 }
 
