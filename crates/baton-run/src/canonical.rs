@@ -514,7 +514,9 @@ impl ser::SerializeStruct for Object<'_> {
             if key != RAW_VALUE_TOKEN || self.raw_text.is_some() {
                 return Err(unsupported("a malformed raw value"));
             }
-            self.raw_text = Some(value.serialize(RawText)?);
+            // The field is the JSON text as a string, which the key
+            // serializer takes as it is.
+            self.raw_text = Some(value.serialize(MapKey)?.into_owned());
             return Ok(());
         }
         self.entry(Cow::Borrowed(key), value)
@@ -522,142 +524,6 @@ impl ser::SerializeStruct for Object<'_> {
 
     fn end(self) -> Result<(), Error> {
         self.close()
-    }
-}
-
-/// Takes the text of serde_json's raw value field (a string).
-struct RawText;
-
-impl ser::Serializer for RawText {
-    type Ok = String;
-    type Error = Error;
-    type SerializeSeq = Impossible<String, Error>;
-    type SerializeTuple = Impossible<String, Error>;
-    type SerializeTupleStruct = Impossible<String, Error>;
-    type SerializeTupleVariant = Impossible<String, Error>;
-    type SerializeMap = Impossible<String, Error>;
-    type SerializeStruct = Impossible<String, Error>;
-    type SerializeStructVariant = Impossible<String, Error>;
-
-    fn serialize_str(self, v: &str) -> Result<String, Error> {
-        Ok(v.to_owned())
-    }
-
-    fn serialize_bool(self, _v: bool) -> Result<String, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_i8(self, _v: i8) -> Result<String, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_i16(self, _v: i16) -> Result<String, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_i32(self, _v: i32) -> Result<String, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_i64(self, _v: i64) -> Result<String, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_u8(self, _v: u8) -> Result<String, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_u16(self, _v: u16) -> Result<String, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_u32(self, _v: u32) -> Result<String, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_u64(self, _v: u64) -> Result<String, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_f32(self, _v: f32) -> Result<String, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_f64(self, _v: f64) -> Result<String, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_char(self, _v: char) -> Result<String, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_bytes(self, _v: &[u8]) -> Result<String, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_none(self) -> Result<String, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_some<T: Serialize + ?Sized>(self, _value: &T) -> Result<String, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_unit(self) -> Result<String, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_unit_struct(self, _name: &'static str) -> Result<String, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_unit_variant(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-    ) -> Result<String, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(
-        self,
-        _name: &'static str,
-        _value: &T,
-    ) -> Result<String, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-        _value: &T,
-    ) -> Result<String, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_seq(self, _len: Option<usize>) -> Result<Self::SerializeSeq, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_tuple(self, _len: usize) -> Result<Self::SerializeTuple, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_tuple_struct(
-        self,
-        _name: &'static str,
-        _len: usize,
-    ) -> Result<Self::SerializeTupleStruct, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_tuple_variant(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-        _len: usize,
-    ) -> Result<Self::SerializeTupleVariant, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_map(self, _len: Option<usize>) -> Result<Self::SerializeMap, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_struct(
-        self,
-        _name: &'static str,
-        _len: usize,
-    ) -> Result<Self::SerializeStruct, Error> {
-        Err(unsupported("a malformed raw value"))
-    }
-    fn serialize_struct_variant(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-        _len: usize,
-    ) -> Result<Self::SerializeStructVariant, Error> {
-        Err(unsupported("a malformed raw value"))
     }
 }
 
@@ -680,6 +546,7 @@ impl ser::SerializeStructVariant for Object<'_> {
 
 /// Map keys: strings, and the scalars serde_json turns into strings the
 /// same way in every version; anything else is left to the general way.
+/// Also takes the text of a raw value's one field.
 struct MapKey;
 
 impl ser::Serializer for MapKey {
