@@ -561,6 +561,21 @@ pub(crate) struct TreeShared {
     outcome: Arc<Published>,
 }
 
+impl TreeShared {
+    /// A sleeping tree's state, taken from its door (which then stays
+    /// closed); `None`, with the door untouched, for a tree not asleep.
+    fn take_sleeper(&self) -> Option<Box<actor::Sleeper>> {
+        let mut door = self.door.lock().ok()?;
+        match std::mem::replace(&mut *door, Door::Closed) {
+            Door::Asleep(sleeper) => Some(sleeper),
+            other => {
+                *door = other;
+                None
+            }
+        }
+    }
+}
+
 /// The way into a tree's owner task. An idle tree hibernates: its task ends
 /// and its state waits here until a command wakes it.
 pub(crate) enum Door {
@@ -695,17 +710,7 @@ impl EngineInner {
             .map(|trees| trees.values().filter_map(Weak::upgrade).collect())
             .unwrap_or_default();
         for shared in trees {
-            let sleeper = match shared.door.lock() {
-                Ok(mut door) => match std::mem::replace(&mut *door, Door::Closed) {
-                    Door::Asleep(sleeper) => Some(sleeper),
-                    other => {
-                        *door = other;
-                        None
-                    }
-                },
-                Err(_) => None,
-            };
-            if let Some(sleeper) = sleeper {
+            if let Some(sleeper) = shared.take_sleeper() {
                 sleeper.close(RuntimeError::Closed { tree: shared.tree });
             }
         }
@@ -1008,16 +1013,7 @@ impl Engine {
         let mut closing = tokio::task::JoinSet::new();
         for shared in trees {
             let inner = self.inner.clone();
-            let asleep = match shared.door.lock() {
-                Ok(mut door) => match std::mem::replace(&mut *door, Door::Closed) {
-                    Door::Asleep(sleeper) => Some(sleeper),
-                    other => {
-                        *door = other;
-                        None
-                    }
-                },
-                Err(_) => None,
-            };
+            let asleep = shared.take_sleeper();
             closing.spawn(async move {
                 match asleep {
                     // A sleeping tree closes where it sleeps: its lease is
