@@ -322,19 +322,12 @@ impl TryFrom<TerminationWire> for Termination {
     type Error = String;
 
     fn try_from(wire: TerminationWire) -> Result<Self, String> {
-        if wire.cause.status() != wire.status {
-            return Err(format!(
-                "status {} does not follow from cause {}",
-                wire.status, wire.cause
-            ));
-        }
-        let completed = wire.status == Status::Completed;
-        if completed != wire.output.is_some() || completed == wire.failure.is_some() {
-            return Err(
-                "a completed termination carries exactly an output, any other exactly a failure"
-                    .into(),
-            );
-        }
+        Termination::check_shape(
+            wire.status,
+            wire.cause,
+            wire.output.is_some(),
+            wire.failure.is_some(),
+        )?;
         Ok(Termination {
             status: wire.status,
             cause: wire.cause,
@@ -346,6 +339,31 @@ impl TryFrom<TerminationWire> for Termination {
 }
 
 impl Termination {
+    /// The rule every recorded termination keeps, for readers that check
+    /// one without building it: the status follows from the cause, and a
+    /// completed termination carries exactly an output, any other exactly
+    /// a failure.
+    pub fn check_shape(
+        status: Status,
+        cause: Cause,
+        has_output: bool,
+        has_failure: bool,
+    ) -> Result<(), String> {
+        if cause.status() != status {
+            return Err(format!(
+                "status {status} does not follow from cause {cause}"
+            ));
+        }
+        let completed = status == Status::Completed;
+        if completed != has_output || completed == has_failure {
+            return Err(
+                "a completed termination carries exactly an output, any other exactly a failure"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
     /// Completed with `output`.
     pub fn completed(output: Payload) -> Termination {
         Termination {

@@ -114,6 +114,12 @@ macro_rules! text_id {
             pub fn as_str(&self) -> &str {
                 &self.0
             }
+
+            /// Checks `text` by the rule decoding applies (what a log may
+            /// hold), without building the identifier.
+            pub fn check(text: &str) -> Result<(), IdError> {
+                $stored($what, text)
+            }
         }
 
         impl fmt::Display for $name {
@@ -359,6 +365,26 @@ pub type TreeId = ProcessId;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn check_accepts_exactly_what_decoding_accepts() {
+        for text in [
+            "a",
+            "t-1",
+            "team.turn.3",
+            "Ab:9",
+            "",
+            "has space",
+            "ümlaut",
+            &"x".repeat(129),
+        ] {
+            let decoded = serde_json::from_value::<ChildKey>(serde_json::json!(text)).is_ok();
+            assert_eq!(ChildKey::check(text).is_ok(), decoded, "{text:?}");
+            let decoded = serde_json::from_value::<Name>(serde_json::json!(text)).is_ok();
+            assert_eq!(Name::check(text).is_ok(), decoded, "{text:?}");
+        }
+        assert!(Name::check("w.echo").is_ok() && Name::check("W.echo").is_err());
+    }
 
     #[test]
     fn names_and_keys_validate() {

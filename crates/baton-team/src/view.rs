@@ -14,7 +14,7 @@
 //! are restated here to be checked on borrowed text; the unit tests hold
 //! them, and the whole view, to the decoding of the real types.
 
-use baton_run::{Cause, EffectId, FailureKind, ProcessId, Status};
+use baton_run::{Cause, ChildKey, EffectId, FailureKind, Name, ProcessId, Status, Termination};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, Visitor};
 
@@ -82,7 +82,7 @@ struct Code;
 impl<'de> Deserialize<'de> for Code {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = <&'de str>::deserialize(deserializer)?;
-        if is_name(text) {
+        if Name::check(text).is_ok() {
             Ok(Code)
         } else {
             Err(de::Error::custom(format_args!(
@@ -121,9 +121,7 @@ impl<'a> TaskView<'a> {
     pub fn read(text: &'a str) -> Result<TaskView<'a>, String> {
         let view: TaskView<'a> = serde_json::from_str(text).map_err(|error| error.to_string())?;
         let key = view.request.key;
-        if !is_identity(key) {
-            return Err(format!("invalid child key {key:?}"));
-        }
+        ChildKey::check(key).map_err(|_| format!("invalid child key {key:?}"))?;
         if view.rejection.is_some() && (view.process.is_some() || view.outcome.is_some()) {
             return Err(format!(
                 "task {key}: a refused start has neither a process nor an outcome"
@@ -150,64 +148,23 @@ impl<'a> TaskView<'a> {
 impl OutcomeView {
     /// The rules of the kernel's `Termination`.
     fn check(&self) -> Result<(), String> {
-        if self.cause.status() != self.status {
-            return Err(format!(
-                "status {} does not follow from cause {}",
-                self.status, self.cause
-            ));
-        }
-        let completed = self.status == Status::Completed;
-        if completed != self.output.is_some() || completed == self.failure.is_some() {
-            return Err(
-                "a completed termination carries exactly an output, any other exactly a failure"
-                    .into(),
-            );
-        }
-        Ok(())
+        Termination::check_shape(
+            self.status,
+            self.cause,
+            self.output.is_some(),
+            self.failure.is_some(),
+        )
     }
-}
-
-/// The rule of `ChildKey`: 1 to 128 characters from `A-Z a-z 0-9 - _ . :`.
-pub(crate) fn is_identity(text: &str) -> bool {
-    !text.is_empty()
-        && text.len() <= 128
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
-}
-
-/// The rule of `Name`: lowercase dotted segments, each starting with a
-/// letter, from `a-z 0-9 _`, at most 128 bytes.
-fn is_name(text: &str) -> bool {
-    !text.is_empty()
-        && text.len() <= 128
-        && text.split('.').all(|segment| {
-            segment
-                .bytes()
-                .next()
-                .is_some_and(|b| b.is_ascii_lowercase())
-                && segment
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        })
 }
 
 #[cfg(test)]
 mod tests {
-    use baton_run::{ChildKey, Name, Payload};
+    use baton_run::Payload;
     use proptest::prelude::*;
     use serde_json::{Value, json};
 
     use super::*;
     use crate::Task;
-
-    proptest! {
-        #[test]
-        fn identifier_rules_are_the_kernels(text in "[a-zA-Z0-9_.:/ \\-]{0,3}|[a-z0-9_.]{0,6}|[a-z.]{120,130}") {
-            prop_assert_eq!(is_identity(&text), ChildKey::new(&text).is_ok(), "{:?}", text);
-            prop_assert_eq!(is_name(&text), Name::new(&text).is_ok(), "{:?}", text);
-        }
-    }
 
     fn failure() -> impl Strategy<Value = Value> {
         let kind = prop::sample::select(vec![
