@@ -106,13 +106,38 @@ impl Digest {
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = Vec::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        out.push(DIGITS[(byte >> 4) as usize]);
-        out.push(DIGITS[(byte & 0xf) as usize]);
+    HexText::new("", bytes).as_str().to_owned()
+}
+
+/// A short prefix and the lower-case hex of up to 32 bytes, built on the
+/// stack: ids and digests are written into every record, so their text
+/// form must not cost an allocation and a trip through `fmt`.
+pub(crate) struct HexText {
+    buf: [u8; HexText::CAPACITY],
+    len: usize,
+}
+
+impl HexText {
+    const CAPACITY: usize = 8 + 64;
+
+    /// `prefix` (ASCII, at most 8 bytes) then the hex of `bytes` (at most 32).
+    pub(crate) fn new(prefix: &str, bytes: &[u8]) -> HexText {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        debug_assert!(prefix.is_ascii() && prefix.len() <= 8 && bytes.len() <= 32);
+        let mut buf = [0u8; HexText::CAPACITY];
+        buf[..prefix.len()].copy_from_slice(prefix.as_bytes());
+        let mut len = prefix.len();
+        for byte in bytes {
+            buf[len] = DIGITS[(byte >> 4) as usize];
+            buf[len + 1] = DIGITS[(byte & 0xf) as usize];
+            len += 2;
+        }
+        HexText { buf, len }
     }
-    String::from_utf8(out).expect("hex digits are ASCII")
+
+    pub(crate) fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.buf[..self.len]).expect("an ASCII prefix and hex digits")
+    }
 }
 
 pub(crate) fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
@@ -133,7 +158,7 @@ pub(crate) fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
 
 impl fmt::Display for Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "b3:{}", self.to_hex())
+        f.pad(HexText::new("b3:", &self.0).as_str())
     }
 }
 
@@ -166,7 +191,7 @@ impl FromStr for Digest {
 
 impl Serialize for Digest {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
+        serializer.serialize_str(HexText::new("b3:", &self.0).as_str())
     }
 }
 

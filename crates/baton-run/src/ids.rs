@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::digest::{Digest, Purpose, hex, unhex};
+use crate::digest::{Digest, HexText, Purpose, unhex};
 
 /// A rejected identifier or name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -202,7 +202,11 @@ impl SignalId {
 
     /// The engine's id for the signal that carries an effect's result.
     pub fn for_effect(effect: EffectId) -> SignalId {
-        SignalId(format!("{}{}", Self::ENGINE_PREFIX, effect).into())
+        let effect = effect.text();
+        let mut text = String::with_capacity(Self::ENGINE_PREFIX.len() + effect.as_str().len());
+        text.push_str(Self::ENGINE_PREFIX);
+        text.push_str(effect.as_str());
+        SignalId(text.into())
     }
 
     /// Whether the engine minted this id.
@@ -256,11 +260,16 @@ macro_rules! derived_id {
             pub const fn as_bytes(&self) -> &[u8; 16] {
                 &self.0
             }
+
+            /// The text form, built on the stack.
+            pub(crate) fn text(&self) -> HexText {
+                HexText::new($prefix, &self.0)
+            }
         }
 
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "{}{}", $prefix, hex(&self.0))
+                f.pad(self.text().as_str())
             }
         }
 
@@ -284,7 +293,7 @@ macro_rules! derived_id {
 
         impl Serialize for $name {
             fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                serializer.collect_str(self)
+                serializer.serialize_str(self.text().as_str())
             }
         }
 
@@ -418,5 +427,34 @@ mod tests {
         let effect = EffectId::new(root, 3, 0);
         assert_ne!(effect, EffectId::new(root, 3, 1));
         assert_ne!(WaitId::for_effect(effect).as_bytes(), effect.as_bytes());
+    }
+
+    #[test]
+    fn text_forms_agree() {
+        let root = ProcessId::root(&StartId::new("acme", "job-1").expect("valid"));
+        let effect = EffectId::new(root, 3, 0);
+        let text = effect.to_string();
+        assert_eq!(text.len(), 2 + 32);
+        assert_eq!(
+            serde_json::to_string(&effect).unwrap(),
+            format!("\"{text}\"")
+        );
+        assert_eq!(
+            format!("{effect:>40}"),
+            format!("{text:>40}"),
+            "Display pads"
+        );
+        assert_eq!(
+            SignalId::for_effect(effect).as_str(),
+            format!("engine:{text}")
+        );
+        let digest = crate::digest::Digest::of(crate::digest::Purpose::Payload, b"x");
+        let shown = digest.to_string();
+        assert_eq!(shown, format!("b3:{}", digest.to_hex()));
+        assert_eq!(
+            serde_json::to_string(&digest).unwrap(),
+            format!("\"{shown}\"")
+        );
+        assert_eq!(shown.parse(), Ok(digest));
     }
 }

@@ -92,6 +92,10 @@ struct DispatchJob {
     cancel: Cancellation,
 }
 
+/// Records a fresh tree's first commit can stage without growing the
+/// buffer (a start, a few steps and their effects' records).
+const STAGED_CAPACITY: usize = 16;
+
 /// Something to do once the staged records are durable.
 enum After {
     Dispatch(DispatchJob),
@@ -691,7 +695,7 @@ impl Actor {
             snapshots: owner.snapshots,
             renew: owner.renew,
             released: false,
-            staged: Vec::new(),
+            staged: Vec::with_capacity(STAGED_CAPACITY),
             after: Vec::new(),
             in_flight: BTreeMap::new(),
             live,
@@ -1888,7 +1892,7 @@ impl Actor {
         if let Some(error) = self.outcome.read().stopped.clone() {
             return Err(error);
         }
-        let bodies = std::mem::take(&mut self.staged);
+        let mut bodies = std::mem::take(&mut self.staged);
         let mut records = Vec::with_capacity(bodies.len());
         let mut written = 0u64;
         let (mut seq, mut prev) = (self.head_seq, self.head);
@@ -1932,6 +1936,12 @@ impl Actor {
         self.head = prev;
         self.state.history_bytes += written;
         self.publish(first, &bodies);
+        // Keep the buffer: records are large, and growing a fresh one
+        // for every commit reallocates and moves them several times.
+        if self.staged.is_empty() {
+            bodies.clear();
+            self.staged = bodies;
+        }
         self.flush_after();
         if snapshot_due {
             self.snapshot().await?;
