@@ -425,6 +425,28 @@ async fn an_any_wait_over_quick_children_settles_once_with_every_child_of_the_ro
 }
 
 #[tokio::test]
+async fn a_round_of_children_larger_than_a_commit_still_settles_its_wait_once() {
+    let echo = program(Kind::Echo, None);
+    let mut any = plan(Boundary::Result, Condition::Any);
+    any.cancel_rest = true;
+    let root = parent(any, &echo);
+    let mut config = EngineConfig::with_store(Arc::new(MemoryStore::new())).program(&root);
+    // Twelve children step over several commits of three steps each.
+    config.max_steps_per_commit = 3;
+    let engine = Engine::new(config);
+    let names: Vec<String> = (0..12).map(|n| format!("c{n:02}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let handle = engine
+        .start(&root, start("wide", keys(&names), Budget::unlimited()))
+        .await
+        .expect("starts");
+    let output = handle.output().await.expect("completes");
+    let ready: Vec<Value> = names.iter().map(|n| json!([n, "completed", n])).collect();
+    assert_eq!(output["ready"], Value::Array(ready));
+    assert_eq!(output["receipts"], json!([]), "nothing was left to cancel");
+}
+
+#[tokio::test]
 async fn completing_with_live_children_cancels_them_and_join_waits_for_their_drain() {
     let ask = program(Kind::Ask, None);
     // Quorum(1) at the result boundary, no cancel_rest: the parent completes

@@ -96,6 +96,11 @@ struct DispatchJob {
 /// buffer (a start, a few steps and their effects' records).
 const STAGED_CAPACITY: usize = 16;
 
+/// Commits in a row a round may hold children waits back while other
+/// processes keep progressing (each commit takes up to
+/// `max_steps_per_commit` steps).
+const HELD_COMMITS: u32 = 8;
+
 /// Something to do once the staged records are durable.
 enum After {
     Dispatch(DispatchJob),
@@ -130,6 +135,9 @@ struct Actor {
     /// Inspections wait for the round's commit so they show committed state only.
     inspects: Vec<oneshot::Sender<Result<TreeView, ControlError>>>,
     attempts: u64,
+    /// Commits in a row that ended with children waits held back (see
+    /// [`Actor::drive`]).
+    held: u32,
     // Channel items are boxed: tokio allocates each channel's first block of
     // 32 slots up front, so small items keep an idle tree small.
     commands: mpsc::UnboundedReceiver<Box<Command>>,
@@ -702,6 +710,7 @@ impl Actor {
             replay_allowed: BTreeSet::new(),
             inspects: Vec::new(),
             attempts: 0,
+            held: 0,
             commands: channels.commands,
             completions: channels.completions,
             completion_sender: channels.completion_sender,
@@ -1158,15 +1167,25 @@ impl Actor {
 
     /// Runs every process that can progress, up to the steps of one commit.
     /// Children waits are held back while anything else in the tree can
-    /// progress (or until the steps run out), so a wait settles with every
-    /// child that became ready in the round rather than with the first: a
-    /// parent of many quick children steps once per round, not per child.
+    /// progress, so a wait settles with every child that became ready in
+    /// the round rather than with the first: a parent of many quick
+    /// children steps once per round, not per child. A round may span
+    /// commits (a round of a hundred children outgrows one commit's steps),
+    /// but at most [`HELD_COMMITS`] of them, so processes that keep
+    /// stepping cannot hold a sibling's settled wait back for long.
     fn drive(&mut self) {
         let mut steps_left = self.engine.max_steps_per_commit;
         loop {
-            if self.pass(&mut steps_left, true) && steps_left > 0 {
-                continue;
+            if self.pass(&mut steps_left, true) {
+                if steps_left > 0 {
+                    continue;
+                }
+                if self.held < HELD_COMMITS && !self.staged.is_empty() {
+                    self.held += 1;
+                    return;
+                }
             }
+            self.held = 0;
             if !self.pass(&mut steps_left, false) {
                 return;
             }
