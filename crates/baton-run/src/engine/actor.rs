@@ -92,10 +92,6 @@ struct DispatchJob {
     cancel: Cancellation,
 }
 
-/// Records a fresh tree's first commit can stage without growing the
-/// buffer (a start, a few steps and their effects' records).
-const STAGED_CAPACITY: usize = 16;
-
 /// Commits in a row a round may hold children waits back while other
 /// processes keep progressing (each commit takes up to
 /// `max_steps_per_commit` steps).
@@ -703,7 +699,7 @@ impl Actor {
             snapshots: owner.snapshots,
             renew: owner.renew,
             released: false,
-            staged: Vec::with_capacity(STAGED_CAPACITY),
+            staged: Vec::new(),
             after: Vec::new(),
             in_flight: BTreeMap::new(),
             live,
