@@ -313,12 +313,31 @@ pub(super) async fn start(
         path: Vec::new(),
         kind: EventKind::ProcessStarted { seq: 1 },
     });
-    let shared = spawn_with(
+    let (shared, mut actor) = prepare(
         engine,
         (tree_state, 1, record.hash),
         lease.token,
         BTreeMap::from([(tree, execution)]),
     )?;
+    // The tree's first round runs here, on the caller's task: the steps it
+    // can take at once and their commit, as its own task would run them
+    // (a failed commit stops the tree, reported through its handles). A
+    // tree that ends in its first round, like a pipeline of pure stages,
+    // then needs no task of its own and no hand-off between threads; any
+    // other continues in its task.
+    let span = tracing::info_span!("tree", %tree);
+    actor.drive();
+    if !actor.staged.is_empty()
+        && let Err(error) = actor.commit().instrument(span.clone()).await
+    {
+        actor.stop(error);
+        return Ok(shared);
+    }
+    if actor.done() {
+        actor.finish().instrument(span).await;
+    } else {
+        spawn_owner(engine, tree, actor.run());
+    }
     Ok(shared)
 }
 
@@ -383,10 +402,24 @@ fn spawn(
 
 fn spawn_with(
     engine: &Arc<EngineInner>,
-    (state, head_seq, head): (TreeState, u64, Digest),
+    folded: (TreeState, u64, Digest),
     token: u64,
     executions: BTreeMap<ProcessId, Box<dyn Execution>>,
 ) -> Result<Arc<TreeShared>, RecoverError> {
+    let (shared, actor) = prepare(engine, folded, token, executions)?;
+    spawn_owner(engine, shared.tree, actor.run());
+    Ok(shared)
+}
+
+/// The shared record and the owner of a tree taken up at `head_seq`: the
+/// tree is registered and its door is open (commands queue for the owner),
+/// but nothing runs until the caller drives the owner or spawns its task.
+fn prepare(
+    engine: &Arc<EngineInner>,
+    (state, head_seq, head): (TreeState, u64, Digest),
+    token: u64,
+    executions: BTreeMap<ProcessId, Box<dyn Execution>>,
+) -> Result<(Arc<TreeShared>, Actor), RecoverError> {
     let tree = state.root;
     let programs = programs_of(engine, &state)?;
     let root = &state.processes[&tree];
@@ -408,21 +441,21 @@ fn spawn_with(
         outcome,
         renew: false,
     };
+    let (sender, channels) = channels();
+    let actor = Actor::new(
+        engine, &shared, state, owner, programs, executions, channels,
+    );
     {
-        // Hold the door while the task starts, so it cannot hibernate before
-        // the door knows it is awake.
         let mut door = shared.door.lock().map_err(|_| RecoverError::Corrupt {
             tree,
             message: "a tree's door lock was poisoned".into(),
         })?;
-        *door = Door::Awake(launch_actor(
-            engine, &shared, state, owner, programs, executions,
-        ));
+        *door = Door::Awake(sender);
     }
     if let Ok(mut trees) = engine.trees.lock() {
         trees.insert(tree, Arc::downgrade(&shared));
     }
-    Ok(shared)
+    Ok((shared, actor))
 }
 
 /// The program of every live process, from the registry.
