@@ -4,9 +4,9 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 
 use serde::de::{DeserializeOwned, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde::ser::SerializeStruct;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 use crate::digest::{Digest, Purpose};
 
@@ -20,7 +20,9 @@ use crate::digest::{Digest, Purpose};
 pub struct Payload(Arc<Inner>);
 
 struct Inner {
-    raw: Box<RawValue>,
+    /// Canonical JSON text: checked or written canonical where it was made,
+    /// so it is never parsed again to be kept.
+    text: Box<str>,
     digest: OnceLock<Digest>,
 }
 
@@ -75,8 +77,8 @@ impl Payload {
                 limit: Self::MAX_BYTES,
             });
         }
-        if let Some(raw) = canonical_raw(text) {
-            return Self::from_canonical_raw(raw);
+        if let Some(text) = canonical_text(text) {
+            return Self::from_canonical(text.into());
         }
         let mut deserializer = serde_json::Deserializer::from_slice(text);
         let canonical = StrictText::read(&mut deserializer).map_err(classify_parse_error)?;
@@ -95,19 +97,19 @@ impl Payload {
         let raw = serde_json::value::to_raw_value(value).map_err(|error| PayloadError::Encode {
             message: error.to_string(),
         })?;
-        Self::from_canonical_raw(raw)
+        Self::from_canonical(raw.into())
     }
 
     /// A payload of text this module wrote canonically.
     fn from_canonical_text(text: String) -> Result<Payload, PayloadError> {
-        let raw = RawValue::from_string(text).map_err(|error| PayloadError::Encode {
-            message: error.to_string(),
-        })?;
-        Self::from_canonical_raw(raw)
+        Self::from_canonical(text.into_boxed_str())
     }
 
-    fn from_canonical_raw(raw: Box<RawValue>) -> Result<Payload, PayloadError> {
-        let size = raw.get().len();
+    /// Keeps text that is canonical JSON by construction (written by
+    /// serde_json from a value, by this module's canonical writers, or
+    /// checked by the canonical scanner): parsing it again would only cost.
+    fn from_canonical(text: Box<str>) -> Result<Payload, PayloadError> {
+        let size = text.len();
         if size > Self::MAX_BYTES {
             return Err(PayloadError::TooLarge {
                 size,
@@ -115,7 +117,7 @@ impl Payload {
             });
         }
         Ok(Payload(Arc::new(Inner {
-            raw,
+            text,
             digest: OnceLock::new(),
         })))
     }
@@ -124,10 +126,8 @@ impl Payload {
     pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Payload, PayloadError> {
         // One pass straight to canonical text; anything that pass cannot
         // vouch for takes the general way through a value tree.
-        if let Ok(text) = crate::canonical::to_text(value)
-            && let Ok(raw) = RawValue::from_string(text)
-        {
-            return Self::from_canonical_raw(raw);
+        if let Ok(text) = crate::canonical::to_text(value) {
+            return Self::from_canonical_text(text);
         }
         let value = serde_json::to_value(value).map_err(|error| PayloadError::Encode {
             message: error.to_string(),
@@ -149,13 +149,7 @@ impl Payload {
 
     /// The canonical JSON text.
     pub fn as_str(&self) -> &str {
-        self.0.raw.get()
-    }
-
-    /// The canonical text as a serde_json raw value, to embed in larger
-    /// JSON without re-encoding it.
-    pub fn as_raw(&self) -> &RawValue {
-        &self.0.raw
+        &self.0.text
     }
 
     /// The canonical bytes.
@@ -210,17 +204,14 @@ fn classify_parse_error(error: serde_json::Error) -> PayloadError {
 
 const DUPLICATE_PREFIX: &str = "duplicate object key ";
 
-/// `text` as a raw value when it is already exactly the canonical encoding,
+/// `text` when it is already exactly the canonical encoding,
 /// so parsing it needs no tree of values and no re-encoding (records and
 /// states read back, and texts assembled from canonical pieces, are).
 /// `None` sends the text down the general path, which also classifies
 /// every error: this check only ever says "certainly canonical".
-fn canonical_raw(text: &[u8]) -> Option<Box<RawValue>> {
+fn canonical_text(text: &[u8]) -> Option<&str> {
     let text = std::str::from_utf8(text).ok()?;
-    if !is_canonical(text) {
-        return None;
-    }
-    RawValue::from_string(text.to_owned()).ok()
+    is_canonical(text).then_some(text)
 }
 
 /// Whether `text` is certainly canonical JSON (see [`Canonical`]); `false`
@@ -425,7 +416,12 @@ impl fmt::Display for Payload {
 
 impl Serialize for Payload {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.raw.serialize(serializer)
+        // Exactly as serde_json's `RawValue` serializes: serde_json's
+        // serializers write the text as it is; any other serializer sees a
+        // struct holding one string.
+        let mut raw = serializer.serialize_struct(RAW_VALUE_TOKEN, 1)?;
+        raw.serialize_field(RAW_VALUE_TOKEN, self.as_str())?;
+        raw.end()
     }
 }
 
@@ -714,5 +710,11 @@ mod tests {
         assert_eq!(text, r#"[{"a":2,"z":1}]"#);
         let back: Vec<Payload> = serde_json::from_str(r#"[{ "z" : 1, "a" : 2 }]"#).expect("parses");
         assert_eq!(back[0], payload);
+        // Into a value tree and through the canonical encoder, as serde_json's
+        // own raw values go.
+        let nested = serde_json::json!({"p": payload.clone()});
+        assert_eq!(nested, serde_json::json!({"p": {"a": 2, "z": 1}}));
+        let wrapped = Payload::encode(&vec![payload.clone(), Payload::null()]).expect("encodes");
+        assert_eq!(wrapped.as_str(), r#"[{"a":2,"z":1},null]"#);
     }
 }

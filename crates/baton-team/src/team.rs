@@ -9,7 +9,6 @@ use baton_run::{
     ExecutionState, Failure, FailureKind, Name, Payload, Program, Quota, SchemaViolation, Signal,
     SignalBody, Status, StepError, Termination, Transition,
 };
-use serde_json::value::RawValue;
 
 use crate::state::{Decided, Fact, ObjectWriter, Phase, Receipt, Record, TurnRecord};
 use crate::wire::{ControlAction, Decision, Mode, Task};
@@ -25,7 +24,7 @@ pub(crate) struct Shared {
     workers: Vec<Binding>,
     by_name: BTreeMap<Box<str>, usize>,
     /// The canonical JSON of the workers' descriptors, encoded once.
-    workers_json: Box<RawValue>,
+    workers_json: Payload,
     pub max_turns: Quota,
     pub max_tasks: Quota,
     pub max_concurrent: u32,
@@ -66,9 +65,7 @@ impl Team {
             .map(|worker| worker.program.descriptor())
             .collect();
         let workers_json = Payload::encode(&descriptors)
-            .map_err(<serde_json::Error as serde::ser::Error>::custom)?
-            .as_raw()
-            .to_owned();
+            .map_err(<serde_json::Error as serde::ser::Error>::custom)?;
         Ok(Team {
             shared: Arc::new(Shared {
                 descriptor,
@@ -215,15 +212,15 @@ impl TeamRun {
             Payload::encode(&self.record.controls).map_err(|error| encoding(error.to_string()))?;
         // Fields in key order, every part canonical: the text is canonical
         // as written, and each task's text is copied as it is.
-        let workers: &RawValue = &self.shared.workers_json;
+        let workers = self.shared.workers_json.as_str();
         let mut text = ObjectWriter::with_capacity(
-            controls.len() + state.len() + self.record.tasks_len() + workers.get().len() + 64,
+            controls.len() + state.len() + self.record.tasks_len() + workers.len() + 64,
         );
         text.field("controls").push_str(controls.as_str());
         text.field("number").push_str(&number.to_string());
         text.field("state").push_str(state.as_str());
         self.record.write_tasks(text.field("tasks"));
-        text.field("workers").push_str(workers.get());
+        text.field("workers").push_str(workers);
         let input =
             Payload::parse_str(&text.finish()).map_err(|error| encoding(error.to_string()))?;
         self.record.turn = Some(TurnRecord {
