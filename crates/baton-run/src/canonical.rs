@@ -21,11 +21,35 @@ pub(crate) const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
 
 /// Canonical JSON text of `value`, or an error when this serializer cannot
 /// vouch for the result (the caller then takes the general way).
-pub(crate) fn to_text<T: Serialize + ?Sized>(value: &T) -> Result<String, Error> {
-    let mut out = Vec::with_capacity(64);
-    value.serialize(Canon { out: &mut out })?;
-    String::from_utf8(out).map_err(|_| ser::Error::custom("non-UTF-8 output"))
+pub(crate) fn to_text<T: Serialize + ?Sized>(value: &T) -> Result<Box<str>, Error> {
+    // The text is written into a buffer kept per thread and copied once into
+    // an allocation of its exact size: a fresh buffer would regrow several
+    // times and then shrink. (A value whose serialization encodes another
+    // payload finds the buffer busy and takes a fresh one.)
+    thread_local! {
+        static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let write = |out: &mut Vec<u8>| -> Result<Box<str>, Error> {
+        value.serialize(Canon { out: &mut *out })?;
+        std::str::from_utf8(out)
+            .map(Box::from)
+            .map_err(|_| ser::Error::custom("non-UTF-8 output"))
+    };
+    BUFFER.with(|buffer| match buffer.try_borrow_mut() {
+        Ok(mut buffer) => {
+            buffer.clear();
+            let text = write(&mut buffer);
+            if buffer.capacity() > BUFFER_KEPT {
+                *buffer = Vec::new();
+            }
+            text
+        }
+        Err(_) => write(&mut Vec::with_capacity(64)),
+    })
 }
+
+/// The largest buffer a thread keeps for encoding between payloads.
+const BUFFER_KEPT: usize = 1 << 20;
 
 fn unsupported(what: &str) -> Error {
     ser::Error::custom(format_args!("{what} is left to the general encoder"))

@@ -127,7 +127,7 @@ impl Payload {
         // One pass straight to canonical text; anything that pass cannot
         // vouch for takes the general way through a value tree.
         if let Ok(text) = crate::canonical::to_text(value) {
-            return Self::from_canonical_text(text);
+            return Self::from_canonical(text);
         }
         let value = serde_json::to_value(value).map_err(|error| PayloadError::Encode {
             message: error.to_string(),
