@@ -100,7 +100,7 @@ macro_rules! text_id {
     ($(#[$meta:meta])* $name:ident, $what:literal, $check:ident, $stored:ident, $max:literal) => {
         $(#[$meta])*
         #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub struct $name(Box<str>);
+        pub struct $name(std::sync::Arc<str>);
 
         impl $name {
             /// Validates and wraps the text.
