@@ -1787,14 +1787,19 @@ impl Actor {
                 }
             },
         };
-        let window: Vec<Signal> = process.mailbox.iter().cloned().collect();
         let step = process.steps;
+        // The window is the mailbox itself, laid out as one slice (no copy
+        // of the signals for each step).
+        if let Some(process) = self.state.processes.get_mut(&id) {
+            process.mailbox.make_contiguous();
+        }
+        let window = self.state.processes[&id].mailbox.as_slices().0;
         let span = tracing::debug_span!("step", process = %id, step);
         let _entered = span.enter();
         let mut execution = execution;
-        let stepped = catch("execution.step.panicked", || execution.step(&window));
+        let stepped = catch("execution.step.panicked", || execution.step(window));
         let transition =
-            match stepped.and_then(|transition| self.prepare(id, &program, &window, transition)) {
+            match stepped.and_then(|transition| self.prepare(id, &program, window, transition)) {
                 Ok(transition) => transition,
                 Err(failure) => {
                     self.fail(id, failure);
