@@ -57,6 +57,8 @@ fn unsupported(what: &str) -> Error {
 
 /// Writes a JSON string exactly as serde_json escapes it.
 pub(crate) fn write_str(out: &mut Vec<u8>, text: &str) -> Result<(), Error> {
+    let bytes = text.as_bytes();
+    out.reserve(bytes.len() + 2);
     out.push(b'"');
     escape_into(out, text);
     out.push(b'"');
@@ -66,8 +68,19 @@ pub(crate) fn write_str(out: &mut Vec<u8>, text: &str) -> Result<(), Error> {
 /// Appends `text` escaped as serde_json escapes string contents: `"`, `\\`
 /// and control characters only, the common ones by their short forms.
 fn escape_into(out: &mut Vec<u8>, text: &str) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let bytes = text.as_bytes();
+    // Most text has nothing to escape: look for that eight bytes at a time.
+    if needs_escape(bytes) {
+        escape_slow(out, bytes);
+    } else {
+        out.extend_from_slice(bytes);
+    }
+}
+
+/// [`escape_into`] for text that has something to escape.
+#[cold]
+fn escape_slow(out: &mut Vec<u8>, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut plain = 0;
     for (at, &byte) in bytes.iter().enumerate() {
         let short = match byte {
@@ -92,6 +105,33 @@ fn escape_into(out: &mut Vec<u8>, text: &str) {
         }
     }
     out.extend_from_slice(&bytes[plain..]);
+}
+
+/// Whether any byte of `bytes` is `"`, `\\` or a control character,
+/// checked a word at a time.
+#[inline]
+fn needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    /// Nonzero exactly when some byte of `word` is below `limit` (at most
+    /// 0x80), the classic test for "has a byte less than".
+    fn has_below(word: u64, limit: u8) -> bool {
+        word.wrapping_sub(ONES * u64::from(limit)) & !word & HIGHS != 0
+    }
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let word = u64::from_ne_bytes(chunk.try_into().expect("eight bytes"));
+        if has_below(word, 0x20)
+            || has_below(word ^ (ONES * u64::from(b'"')), 1)
+            || has_below(word ^ (ONES * u64::from(b'\\')), 1)
+        {
+            return true;
+        }
+    }
+    chunks
+        .remainder()
+        .iter()
+        .any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\')
 }
 
 /// Escapes formatted text as it is written (for `collect_str`).
@@ -729,5 +769,59 @@ impl ser::Serializer for MapKey {
         _len: usize,
     ) -> Result<Self::SerializeStructVariant, Error> {
         Err(unsupported("a variant map key"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn needs_escape_naive(bytes: &[u8]) -> bool {
+        bytes
+            .iter()
+            .any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\')
+    }
+
+    #[test]
+    fn needs_escape_finds_every_byte_at_every_position() {
+        for byte in 0..=255u8 {
+            for len in 1..=17 {
+                for at in 0..len {
+                    let mut text = vec![b'a'; len];
+                    text[at] = byte;
+                    assert_eq!(
+                        needs_escape(&text),
+                        needs_escape_naive(&text),
+                        "byte {byte:#04x} at {at} of {len}"
+                    );
+                }
+            }
+        }
+    }
+
+    proptest! {
+        /// The word-at-a-time test answers exactly as the byte-at-a-time one,
+        /// over text dense in bytes near the limits (0x1f, 0x20, quotes,
+        /// backslashes, high bytes).
+        #[test]
+        fn needs_escape_is_exact(bytes in proptest::collection::vec(
+            prop_oneof![
+                Just(0x1fu8), Just(0x20), Just(b'"'), Just(b'\\'), Just(b'!'),
+                Just(0x5b), Just(0x5d), Just(0x80), Just(0xff), Just(0x00), any::<u8>()
+            ],
+            0..40,
+        )) {
+            prop_assert_eq!(needs_escape(&bytes), needs_escape_naive(&bytes));
+        }
+
+        /// Escaped text is what serde_json writes.
+        #[test]
+        fn strings_escape_as_serde_json_does(text in "(\\PC|[\\x00-\\x1f\"\\\\])*") {
+            let mut out = Vec::new();
+            write_str(&mut out, &text).unwrap();
+            prop_assert_eq!(out, serde_json::to_vec(&text).unwrap());
+        }
     }
 }
