@@ -386,6 +386,53 @@ impl Record {
             .collect()
     }
 
+    /// Keys of the tasks running or awaiting admission, in request order:
+    /// what a wait declared with a decision's starts names (today's running
+    /// tasks, then the new ones).
+    pub fn active_keys(&self) -> Vec<ChildKey> {
+        self.decoded_tasks()
+            .filter(|(_, task)| task.is_running() || task.is_pending())
+            .map(|(_, task)| task.key().clone())
+            .collect()
+    }
+
+    /// Whether the applied decision declared the turn-ending wait together
+    /// with its starts and controls; meaningful while applying, and worked
+    /// out from the recorded facts alone.
+    ///
+    /// A `wait` decision whose turn saw no outcome ends its turn with a
+    /// `WaitChildren` (drained, any) over the running tasks. When something
+    /// will run (a task runs, or the decision starts one), that wait is
+    /// declared in the same transition as the starts and controls: the
+    /// kernel settles one transition's effects as one batch, so the start
+    /// results, the receipts and the wait's settlement arrive in one window
+    /// and a round costs the team one step less. The wait names the running
+    /// tasks and the new ones, in request order, which is the wait the team
+    /// would have declared once every start succeeded.
+    ///
+    /// The team cannot know whether a start will be refused (capabilities,
+    /// budgets and tree limits are the kernel's), and the kernel refuses a
+    /// wait naming a child that never started (`engine.child.wait.invalid`).
+    /// We declare the wait anyway and fall back: when a start was refused,
+    /// the refused wait is accepted and the mode rule applies to the
+    /// recorded facts exactly as it did when the wait followed the start
+    /// results (a wait over the tasks still running when no outcome
+    /// arrived, else the next turn at once). That path costs the same
+    /// steps as before plus one refused effect in the log, and the
+    /// coordinator sees the same turns and facts; declaring the wait only
+    /// when it cannot be refused would mean declaring it only for decisions
+    /// without tasks, which forgoes the saving on every round that starts
+    /// work.
+    pub fn waits_with_actions(&self) -> bool {
+        self.turn.as_ref().is_some_and(|turn| {
+            turn.decided
+                .is_some_and(|decided| decided.mode == Mode::Wait)
+                && !turn.outcome_arrived
+        }) && self
+            .decoded_tasks()
+            .any(|(_, task)| task.is_running() || task.is_pending())
+    }
+
     /// The decoded tasks (every one a step can change) with their indices.
     fn decoded_tasks(&self) -> impl Iterator<Item = (usize, &Task)> {
         self.decoded
@@ -661,10 +708,19 @@ impl Record {
             }
             (Some(decided), Phase::Waiting) => {
                 if decided.mode != Mode::Wait || turn.outcome_arrived || self.running() == 0 {
-                    Err("a waiting turn must follow the wait rule".into())
-                } else {
-                    Ok(())
+                    return Err("a waiting turn must follow the wait rule".into());
                 }
+                // A decision with actions declared its wait with them, so
+                // its turn waits on its own only when that wait was refused
+                // for a refused start.
+                let actions = decided.tasks > 0 || !self.controls.is_empty();
+                let start = self.tasks.len() - decided.tasks as usize;
+                if actions && !(start..self.tasks.len()).any(|index| self.facts(index).refused) {
+                    return Err(
+                        "a waiting turn whose decision has actions needs a refused start".into(),
+                    );
+                }
+                Ok(())
             }
             (Some(_), _) => Ok(()),
         }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use baton_run::{
     Boundary, ChildKey, ChildOutcome, Condition, Definition, Descriptor, Effect, Execution,
-    ExecutionState, Failure, FailureKind, Name, Payload, Program, Quota, SchemaViolation, Signal,
-    SignalBody, Status, StepError, Termination, Transition,
+    ExecutionState, Failure, FailureKind, Name, Payload, Program, Quota, SchemaViolation,
+    Settlement, Signal, SignalBody, Status, StepError, Termination, Transition,
 };
 use serde_json::value::RawValue;
 
@@ -136,6 +136,10 @@ fn invalid(message: impl std::fmt::Display) -> StepError {
 fn encoding(message: String) -> StepError {
     StepError::other(format!("team: encoding failed: {message}"))
 }
+
+/// The kernel's code for a children wait it refuses (here: one naming a
+/// task whose start was refused).
+const WAIT_INVALID: &str = "engine.child.wait.invalid";
 
 /// The key of turn `number`'s coordinator.
 fn turn_key(number: u64) -> ChildKey {
@@ -412,14 +416,24 @@ impl TeamRun {
             tasks: new_tasks,
         });
         if effects.is_empty() {
-            self.after_applied()
-        } else {
-            Ok(Next::Continue(effects))
+            return self.after_applied();
         }
+        if self.record.waits_with_actions() {
+            effects.push(Effect::WaitChildren {
+                keys: self.record.active_keys(),
+                boundary: Boundary::Drained,
+                condition: Condition::Any,
+            });
+        }
+        Ok(Next::Continue(effects))
     }
 
-    /// The start results, then the control receipts, of the decision.
+    /// The start results, then the control receipts, of the decision, then
+    /// the settlement of the turn-ending wait when it was declared with
+    /// them (see [`Record::waits_with_actions`]).
     fn on_applied(&mut self, window: &[Signal]) -> Result<Next, StepError> {
+        let waited = self.record.waits_with_actions();
+        let mut refused = false;
         let mut signals = window.iter();
         for index in self.record.first_pending()..self.record.task_count() {
             let key = self.record.facts(index).key;
@@ -431,7 +445,10 @@ impl TeamRun {
                     ..
                 }) if started.as_str() == key => {
                     let fact = match (process, failure) {
-                        (_, Some(failure)) => Fact::Refused(failure.clone()),
+                        (_, Some(failure)) => {
+                            refused = true;
+                            Fact::Refused(failure.clone())
+                        }
                         (Some(process), None) => Fact::Started(*process),
                         (None, None) => return Err(protocol("a start result without a process")),
                     };
@@ -464,13 +481,47 @@ impl TeamRun {
                 }
             }
         }
+        if waited {
+            match signals.next().map(|signal| &signal.body) {
+                Some(SignalBody::ChildrenReady { children, .. })
+                    if !children.is_empty() && !refused =>
+                {
+                    if let Some(extra) = signals.next() {
+                        return Err(protocol(format!("unexpected signal {}", extra.id)));
+                    }
+                    for child in children {
+                        self.record_outcome(child)?;
+                    }
+                    return self.next_turn();
+                }
+                // A wait naming a task whose start was refused is refused
+                // as a whole; the mode rule then applies to the recorded
+                // facts, as if the wait had never been declared.
+                Some(SignalBody::Settled {
+                    settlement: Settlement::Failed { failure, .. },
+                    ..
+                }) if refused && failure.code() == WAIT_INVALID => {}
+                other => {
+                    return Err(protocol(format!(
+                        "expected the turn-ending wait to settle{}, got {other:?}",
+                        if refused {
+                            " refused after a refused start"
+                        } else {
+                            ""
+                        }
+                    )));
+                }
+            }
+        }
         if let Some(extra) = signals.next() {
             return Err(protocol(format!("unexpected signal {}", extra.id)));
         }
         self.after_applied()
     }
 
-    /// The mode rule, once every start result and receipt is in.
+    /// The mode rule over the recorded facts, once every start result and
+    /// receipt is in: for a decision without actions, and for one whose
+    /// turn-ending wait was refused because a start was refused.
     fn after_applied(&mut self) -> Result<Next, StepError> {
         let turn = self.turn();
         let decided = turn.decided.expect("applied turns are decided");
