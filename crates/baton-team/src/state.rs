@@ -24,6 +24,7 @@ use baton_run::{ChildKey, Failure, Payload, ProcessId, Settlement, Termination};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 
+use crate::memo::{Restored, Seen};
 use crate::team::Shared;
 use crate::view::TaskView;
 use crate::wire::{Control, Mode, Task, present, present_value};
@@ -181,7 +182,9 @@ struct RecordIn<'a> {
     completed: bool,
     #[serde(default, deserialize_with = "present")]
     initial: Option<Payload>,
-    #[serde(default, borrow, deserialize_with = "non_empty")]
+    /// Present even when empty: a full decode rejects an empty list, and a
+    /// decode by difference may have cut every task out of it.
+    #[serde(default, borrow, deserialize_with = "present_value")]
     tasks: Option<Vec<&'a RawValue>>,
     #[serde(default, deserialize_with = "non_empty")]
     controls: Option<Vec<Receipt>>,
@@ -610,11 +613,107 @@ impl Record {
     }
 
     /// Decodes a recorded state strictly and checks it against the
-    /// configuration.
+    /// configuration, by difference from a recently restored state when one
+    /// shares a prefix with it (see [`Memo`]): the result, and whether the
+    /// state is accepted, are exactly those of [`Record::decode_full`].
     pub fn decode(state: &Payload, shared: &Shared) -> Result<Record, String> {
+        let memo = shared.memo();
+        if let Some((base, common)) = memo.nearest(state.as_str())
+            && let Some(Ok((record, seen))) = Record::decode_after(state, shared, &base, common)
+        {
+            if common < state.len() || common < base.source.len() {
+                memo.insert(Restored::new(state, seen));
+            }
+            return Ok(record);
+        }
+        // A rejected state takes the full decode too, so its error is the
+        // one the full decode reports.
+        let (record, seen) = Record::decode_full(state, shared)?;
+        memo.insert(Restored::new(state, seen));
+        Ok(record)
+    }
+
+    /// Decodes a recorded state in full; with it, what a later restore by
+    /// difference needs of each task.
+    pub fn decode_full(state: &Payload, shared: &Shared) -> Result<(Record, Vec<Seen>), String> {
         let text = state.as_str();
         let wire: RecordIn<'_> = serde_json::from_str(text).map_err(|error| error.to_string())?;
-        let raw = wire.tasks.unwrap_or_default();
+        if wire.tasks.as_ref().is_some_and(Vec::is_empty) {
+            return Err("tasks: an empty list is omitted, not written".into());
+        }
+        let rest = wire
+            .tasks
+            .iter()
+            .flatten()
+            .map(|fragment| span_in(text, fragment.get()))
+            .collect::<Vec<_>>();
+        Record::assemble(state, shared, wire, &[], &rest)
+    }
+
+    /// Decodes `state` by difference from `base`, whose text agrees with it
+    /// on the first `common` bytes: the tasks of `base` that lie wholly in
+    /// that prefix are taken from it as they were read, only the rest of
+    /// the text is parsed, and every record-level check runs over all the
+    /// tasks. `None` when nothing of `base` can be reused.
+    ///
+    /// Why this is exact: a JSON parse reads left to right, so up to byte
+    /// `common` it meets the same fields and the same first tasks, at the
+    /// same offsets, as it did in `base`, which was accepted; whether a
+    /// task is accepted, and how it is read, depends only on its bytes (the
+    /// configuration's part, its worker, is checked with the record). What
+    /// follows the last reused task must be `,` or `]`; the text with the
+    /// reused tasks cut out of the array then parses as the whole text
+    /// would past them.
+    pub fn decode_after(
+        state: &Payload,
+        shared: &Shared,
+        base: &Restored,
+        common: usize,
+    ) -> Option<Result<(Record, Vec<Seen>), String>> {
+        let text = state.as_str();
+        let reused = base.tasks.partition_point(|task| task.span.end <= common);
+        let first = base.tasks.first()?.span.start;
+        let end = base.tasks.get(reused.checked_sub(1)?)?.span.end;
+        // The rest of the array: after the separating comma, or its end.
+        let resume = match text.as_bytes().get(end)? {
+            b',' => end + 1,
+            b']' => end,
+            _ => return None,
+        };
+        let mut spliced = String::with_capacity(first + text.len() - resume);
+        spliced.push_str(&text[..first]);
+        spliced.push_str(&text[resume..]);
+        let shift = resume - first;
+        let parsed = serde_json::from_str::<RecordIn<'_>>(&spliced)
+            .map_err(|error| error.to_string())
+            .and_then(|wire| {
+                let rest = wire
+                    .tasks
+                    .iter()
+                    .flatten()
+                    .map(|fragment| {
+                        let span = span_in(&spliced, fragment.get());
+                        span.start + shift..span.end + shift
+                    })
+                    .collect::<Vec<_>>();
+                Record::assemble(state, shared, wire, &base.tasks[..reused], &rest)
+            });
+        Some(parsed)
+    }
+
+    /// Builds and checks the record of `state` from its fields, the tasks
+    /// read before (`reused`, the first tasks) and the spans in `state` of
+    /// the tasks still to read (`rest`, the others). The tasks of `wire`
+    /// are ignored: `rest` names them.
+    fn assemble(
+        state: &Payload,
+        shared: &Shared,
+        wire: RecordIn<'_>,
+        reused: &[Seen],
+        rest: &[Range<usize>],
+    ) -> Result<(Record, Vec<Seen>), String> {
+        let text = state.as_str();
+        let count = reused.len() + rest.len();
         // The applied decision's tasks are decoded to check their inputs
         // again (an oversized count is rejected by the checks).
         let decided = wire
@@ -622,26 +721,42 @@ impl Record {
             .as_ref()
             .and_then(|turn| turn.decided)
             .map_or(0, |decided| decided.tasks as usize);
-        let before = raw.len().saturating_sub(decided);
-        let mut tasks = Vec::with_capacity(raw.len());
-        let mut decoded = Vec::new();
-        for (index, fragment) in raw.into_iter().enumerate() {
-            let fragment = fragment.get();
+        let before = count.saturating_sub(decided);
+        let mut seen = Vec::with_capacity(count);
+        seen.extend_from_slice(reused);
+        for span in rest {
+            let (start, fragment) = (span.start, &text[span.clone()]);
             let view = TaskView::read(fragment)?;
-            let body = if view.is_live() || index >= before {
+            let at = |inner: &str| {
+                let span = span_in(fragment, inner);
+                start + span.start..start + span.end
+            };
+            seen.push(Seen {
+                span: start..start + fragment.len(),
+                key: at(view.request.key),
+                worker: at(view.request.worker),
+                process: view.process,
+                live: view.is_live(),
+            });
+        }
+        let mut tasks = Vec::with_capacity(count);
+        let mut decoded = Vec::new();
+        for (index, task) in seen.iter().enumerate() {
+            let body = if task.live || index >= before {
                 decoded.push(index);
                 Body::Decoded(Box::new(
-                    serde_json::from_str(fragment).map_err(|error| error.to_string())?,
+                    serde_json::from_str(&text[task.span.clone()])
+                        .map_err(|error| error.to_string())?,
                 ))
             } else {
                 Body::Settled {
-                    key: span_in(text, view.request.key),
-                    worker: span_in(text, view.request.worker),
-                    process: view.process,
+                    key: task.key.clone(),
+                    worker: task.worker.clone(),
+                    process: task.process,
                 }
             };
             tasks.push(Entry {
-                text: Text::Restored(span_in(text, fragment)),
+                text: Text::Restored(task.span.clone()),
                 body,
             });
         }
@@ -655,7 +770,7 @@ impl Record {
             turn: wire.turn,
         };
         record.check(shared)?;
-        Ok(record)
+        Ok((record, seen))
     }
 
     /// Every rule a recorded state must keep.
