@@ -33,6 +33,7 @@
 //!
 //! No cargo features.
 
+mod memo;
 mod policy;
 mod state;
 mod team;

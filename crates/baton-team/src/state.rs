@@ -24,6 +24,7 @@ use baton_run::{ChildKey, Failure, Payload, ProcessId, Settlement, Termination};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 
+use crate::memo::{Restored, Seen};
 use crate::team::Shared;
 use crate::view::TaskView;
 use crate::wire::{Control, Mode, Task, present, present_value};
@@ -181,7 +182,9 @@ struct RecordIn<'a> {
     completed: bool,
     #[serde(default, deserialize_with = "present")]
     initial: Option<Payload>,
-    #[serde(default, borrow, deserialize_with = "non_empty")]
+    /// Present even when empty: a full decode rejects an empty list, and a
+    /// decode by difference may have cut every task out of it.
+    #[serde(default, borrow, deserialize_with = "present_value")]
     tasks: Option<Vec<&'a RawValue>>,
     #[serde(default, deserialize_with = "non_empty")]
     controls: Option<Vec<Receipt>>,
@@ -386,6 +389,53 @@ impl Record {
             .collect()
     }
 
+    /// Keys of the tasks running or awaiting admission, in request order:
+    /// what a wait declared with a decision's starts names (today's running
+    /// tasks, then the new ones).
+    pub fn active_keys(&self) -> Vec<ChildKey> {
+        self.decoded_tasks()
+            .filter(|(_, task)| task.is_running() || task.is_pending())
+            .map(|(_, task)| task.key().clone())
+            .collect()
+    }
+
+    /// Whether the applied decision declared the turn-ending wait together
+    /// with its starts and controls; meaningful while applying, and worked
+    /// out from the recorded facts alone.
+    ///
+    /// A `wait` decision whose turn saw no outcome ends its turn with a
+    /// `WaitChildren` (drained, any) over the running tasks. When something
+    /// will run (a task runs, or the decision starts one), that wait is
+    /// declared in the same transition as the starts and controls: the
+    /// kernel settles one transition's effects as one batch, so the start
+    /// results, the receipts and the wait's settlement arrive in one window
+    /// and a round costs the team one step less. The wait names the running
+    /// tasks and the new ones, in request order, which is the wait the team
+    /// would have declared once every start succeeded.
+    ///
+    /// The team cannot know whether a start will be refused (capabilities,
+    /// budgets and tree limits are the kernel's), and the kernel refuses a
+    /// wait naming a child that never started (`engine.child.wait.invalid`).
+    /// We declare the wait anyway and fall back: when a start was refused,
+    /// the refused wait is accepted and the mode rule applies to the
+    /// recorded facts exactly as it did when the wait followed the start
+    /// results (a wait over the tasks still running when no outcome
+    /// arrived, else the next turn at once). That path costs the same
+    /// steps as before plus one refused effect in the log, and the
+    /// coordinator sees the same turns and facts; declaring the wait only
+    /// when it cannot be refused would mean declaring it only for decisions
+    /// without tasks, which forgoes the saving on every round that starts
+    /// work.
+    pub fn waits_with_actions(&self) -> bool {
+        self.turn.as_ref().is_some_and(|turn| {
+            turn.decided
+                .is_some_and(|decided| decided.mode == Mode::Wait)
+                && !turn.outcome_arrived
+        }) && self
+            .decoded_tasks()
+            .any(|(_, task)| task.is_running() || task.is_pending())
+    }
+
     /// The decoded tasks (every one a step can change) with their indices.
     fn decoded_tasks(&self) -> impl Iterator<Item = (usize, &Task)> {
         self.decoded
@@ -563,11 +613,107 @@ impl Record {
     }
 
     /// Decodes a recorded state strictly and checks it against the
-    /// configuration.
+    /// configuration, by difference from a recently restored state when one
+    /// shares a prefix with it (see [`Memo`]): the result, and whether the
+    /// state is accepted, are exactly those of [`Record::decode_full`].
     pub fn decode(state: &Payload, shared: &Shared) -> Result<Record, String> {
+        let memo = shared.memo();
+        if let Some((base, common)) = memo.nearest(state.as_str())
+            && let Some(Ok((record, seen))) = Record::decode_after(state, shared, &base, common)
+        {
+            if common < state.len() || common < base.source.len() {
+                memo.insert(Restored::new(state, seen));
+            }
+            return Ok(record);
+        }
+        // A rejected state takes the full decode too, so its error is the
+        // one the full decode reports.
+        let (record, seen) = Record::decode_full(state, shared)?;
+        memo.insert(Restored::new(state, seen));
+        Ok(record)
+    }
+
+    /// Decodes a recorded state in full; with it, what a later restore by
+    /// difference needs of each task.
+    pub fn decode_full(state: &Payload, shared: &Shared) -> Result<(Record, Vec<Seen>), String> {
         let text = state.as_str();
         let wire: RecordIn<'_> = serde_json::from_str(text).map_err(|error| error.to_string())?;
-        let raw = wire.tasks.unwrap_or_default();
+        if wire.tasks.as_ref().is_some_and(Vec::is_empty) {
+            return Err("tasks: an empty list is omitted, not written".into());
+        }
+        let rest = wire
+            .tasks
+            .iter()
+            .flatten()
+            .map(|fragment| span_in(text, fragment.get()))
+            .collect::<Vec<_>>();
+        Record::assemble(state, shared, wire, &[], &rest)
+    }
+
+    /// Decodes `state` by difference from `base`, whose text agrees with it
+    /// on the first `common` bytes: the tasks of `base` that lie wholly in
+    /// that prefix are taken from it as they were read, only the rest of
+    /// the text is parsed, and every record-level check runs over all the
+    /// tasks. `None` when nothing of `base` can be reused.
+    ///
+    /// Why this is exact: a JSON parse reads left to right, so up to byte
+    /// `common` it meets the same fields and the same first tasks, at the
+    /// same offsets, as it did in `base`, which was accepted; whether a
+    /// task is accepted, and how it is read, depends only on its bytes (the
+    /// configuration's part, its worker, is checked with the record). What
+    /// follows the last reused task must be `,` or `]`; the text with the
+    /// reused tasks cut out of the array then parses as the whole text
+    /// would past them.
+    pub fn decode_after(
+        state: &Payload,
+        shared: &Shared,
+        base: &Restored,
+        common: usize,
+    ) -> Option<Result<(Record, Vec<Seen>), String>> {
+        let text = state.as_str();
+        let reused = base.tasks.partition_point(|task| task.span.end <= common);
+        let first = base.tasks.first()?.span.start;
+        let end = base.tasks.get(reused.checked_sub(1)?)?.span.end;
+        // The rest of the array: after the separating comma, or its end.
+        let resume = match text.as_bytes().get(end)? {
+            b',' => end + 1,
+            b']' => end,
+            _ => return None,
+        };
+        let mut spliced = String::with_capacity(first + text.len() - resume);
+        spliced.push_str(&text[..first]);
+        spliced.push_str(&text[resume..]);
+        let shift = resume - first;
+        let parsed = serde_json::from_str::<RecordIn<'_>>(&spliced)
+            .map_err(|error| error.to_string())
+            .and_then(|wire| {
+                let rest = wire
+                    .tasks
+                    .iter()
+                    .flatten()
+                    .map(|fragment| {
+                        let span = span_in(&spliced, fragment.get());
+                        span.start + shift..span.end + shift
+                    })
+                    .collect::<Vec<_>>();
+                Record::assemble(state, shared, wire, &base.tasks[..reused], &rest)
+            });
+        Some(parsed)
+    }
+
+    /// Builds and checks the record of `state` from its fields, the tasks
+    /// read before (`reused`, the first tasks) and the spans in `state` of
+    /// the tasks still to read (`rest`, the others). The tasks of `wire`
+    /// are ignored: `rest` names them.
+    fn assemble(
+        state: &Payload,
+        shared: &Shared,
+        wire: RecordIn<'_>,
+        reused: &[Seen],
+        rest: &[Range<usize>],
+    ) -> Result<(Record, Vec<Seen>), String> {
+        let text = state.as_str();
+        let count = reused.len() + rest.len();
         // The applied decision's tasks are decoded to check their inputs
         // again (an oversized count is rejected by the checks).
         let decided = wire
@@ -575,26 +721,42 @@ impl Record {
             .as_ref()
             .and_then(|turn| turn.decided)
             .map_or(0, |decided| decided.tasks as usize);
-        let before = raw.len().saturating_sub(decided);
-        let mut tasks = Vec::with_capacity(raw.len());
-        let mut decoded = Vec::new();
-        for (index, fragment) in raw.into_iter().enumerate() {
-            let fragment = fragment.get();
+        let before = count.saturating_sub(decided);
+        let mut seen = Vec::with_capacity(count);
+        seen.extend_from_slice(reused);
+        for span in rest {
+            let (start, fragment) = (span.start, &text[span.clone()]);
             let view = TaskView::read(fragment)?;
-            let body = if view.is_live() || index >= before {
+            let at = |inner: &str| {
+                let span = span_in(fragment, inner);
+                start + span.start..start + span.end
+            };
+            seen.push(Seen {
+                span: start..start + fragment.len(),
+                key: at(view.request.key),
+                worker: at(view.request.worker),
+                process: view.process,
+                live: view.is_live(),
+            });
+        }
+        let mut tasks = Vec::with_capacity(count);
+        let mut decoded = Vec::new();
+        for (index, task) in seen.iter().enumerate() {
+            let body = if task.live || index >= before {
                 decoded.push(index);
                 Body::Decoded(Box::new(
-                    serde_json::from_str(fragment).map_err(|error| error.to_string())?,
+                    serde_json::from_str(&text[task.span.clone()])
+                        .map_err(|error| error.to_string())?,
                 ))
             } else {
                 Body::Settled {
-                    key: span_in(text, view.request.key),
-                    worker: span_in(text, view.request.worker),
-                    process: view.process,
+                    key: task.key.clone(),
+                    worker: task.worker.clone(),
+                    process: task.process,
                 }
             };
             tasks.push(Entry {
-                text: Text::Restored(span_in(text, fragment)),
+                text: Text::Restored(task.span.clone()),
                 body,
             });
         }
@@ -608,7 +770,7 @@ impl Record {
             turn: wire.turn,
         };
         record.check(shared)?;
-        Ok(record)
+        Ok((record, seen))
     }
 
     /// Every rule a recorded state must keep.
@@ -661,10 +823,19 @@ impl Record {
             }
             (Some(decided), Phase::Waiting) => {
                 if decided.mode != Mode::Wait || turn.outcome_arrived || self.running() == 0 {
-                    Err("a waiting turn must follow the wait rule".into())
-                } else {
-                    Ok(())
+                    return Err("a waiting turn must follow the wait rule".into());
                 }
+                // A decision with actions declared its wait with them, so
+                // its turn waits on its own only when that wait was refused
+                // for a refused start.
+                let actions = decided.tasks > 0 || !self.controls.is_empty();
+                let start = self.tasks.len() - decided.tasks as usize;
+                if actions && !(start..self.tasks.len()).any(|index| self.facts(index).refused) {
+                    return Err(
+                        "a waiting turn whose decision has actions needs a refused start".into(),
+                    );
+                }
+                Ok(())
             }
             (Some(_), _) => Ok(()),
         }

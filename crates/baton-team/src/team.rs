@@ -6,10 +6,11 @@ use std::sync::Arc;
 
 use baton_run::{
     Boundary, ChildKey, ChildOutcome, Condition, Definition, Descriptor, Effect, Execution,
-    ExecutionState, Failure, FailureKind, Name, Payload, Program, Quota, SchemaViolation, Signal,
-    SignalBody, Status, StepError, Termination, Transition,
+    ExecutionState, Failure, FailureKind, Name, Payload, Program, Quota, SchemaViolation,
+    Settlement, Signal, SignalBody, Status, StepError, Termination, Transition,
 };
 
+use crate::memo::Memo;
 use crate::state::{Decided, Fact, ObjectWriter, Phase, Receipt, Record, TurnRecord};
 use crate::wire::{ControlAction, Decision, Mode, Task};
 use crate::{
@@ -29,9 +30,15 @@ pub(crate) struct Shared {
     pub max_tasks: Quota,
     pub max_concurrent: u32,
     pub max_controls: u32,
+    /// Recently restored states, to restore the next by difference.
+    memo: Memo,
 }
 
 impl Shared {
+    pub fn memo(&self) -> &Memo {
+        &self.memo
+    }
+
     pub fn worker(&self, name: &Name) -> Option<&Binding> {
         self.worker_named(name.as_str())
     }
@@ -77,6 +84,7 @@ impl Team {
                 max_tasks: config.max_tasks,
                 max_concurrent: config.max_concurrent_tasks,
                 max_controls: config.max_controls_per_turn,
+                memo: Memo::default(),
             }),
         })
     }
@@ -133,6 +141,10 @@ fn invalid(message: impl std::fmt::Display) -> StepError {
 fn encoding(message: String) -> StepError {
     StepError::other(format!("team: encoding failed: {message}"))
 }
+
+/// The kernel's code for a children wait it refuses (here: one naming a
+/// task whose start was refused).
+const WAIT_INVALID: &str = "engine.child.wait.invalid";
 
 /// The key of turn `number`'s coordinator.
 fn turn_key(number: u64) -> ChildKey {
@@ -409,14 +421,24 @@ impl TeamRun {
             tasks: new_tasks,
         });
         if effects.is_empty() {
-            self.after_applied()
-        } else {
-            Ok(Next::Continue(effects))
+            return self.after_applied();
         }
+        if self.record.waits_with_actions() {
+            effects.push(Effect::WaitChildren {
+                keys: self.record.active_keys(),
+                boundary: Boundary::Drained,
+                condition: Condition::Any,
+            });
+        }
+        Ok(Next::Continue(effects))
     }
 
-    /// The start results, then the control receipts, of the decision.
+    /// The start results, then the control receipts, of the decision, then
+    /// the settlement of the turn-ending wait when it was declared with
+    /// them (see [`Record::waits_with_actions`]).
     fn on_applied(&mut self, window: &[Signal]) -> Result<Next, StepError> {
+        let waited = self.record.waits_with_actions();
+        let mut refused = false;
         let mut signals = window.iter();
         for index in self.record.first_pending()..self.record.task_count() {
             let key = self.record.facts(index).key;
@@ -428,7 +450,10 @@ impl TeamRun {
                     ..
                 }) if started.as_str() == key => {
                     let fact = match (process, failure) {
-                        (_, Some(failure)) => Fact::Refused(failure.clone()),
+                        (_, Some(failure)) => {
+                            refused = true;
+                            Fact::Refused(failure.clone())
+                        }
                         (Some(process), None) => Fact::Started(*process),
                         (None, None) => return Err(protocol("a start result without a process")),
                     };
@@ -461,13 +486,47 @@ impl TeamRun {
                 }
             }
         }
+        if waited {
+            match signals.next().map(|signal| &signal.body) {
+                Some(SignalBody::ChildrenReady { children, .. })
+                    if !children.is_empty() && !refused =>
+                {
+                    if let Some(extra) = signals.next() {
+                        return Err(protocol(format!("unexpected signal {}", extra.id)));
+                    }
+                    for child in children {
+                        self.record_outcome(child)?;
+                    }
+                    return self.next_turn();
+                }
+                // A wait naming a task whose start was refused is refused
+                // as a whole; the mode rule then applies to the recorded
+                // facts, as if the wait had never been declared.
+                Some(SignalBody::Settled {
+                    settlement: Settlement::Failed { failure, .. },
+                    ..
+                }) if refused && failure.code() == WAIT_INVALID => {}
+                other => {
+                    return Err(protocol(format!(
+                        "expected the turn-ending wait to settle{}, got {other:?}",
+                        if refused {
+                            " refused after a refused start"
+                        } else {
+                            ""
+                        }
+                    )));
+                }
+            }
+        }
         if let Some(extra) = signals.next() {
             return Err(protocol(format!("unexpected signal {}", extra.id)));
         }
         self.after_applied()
     }
 
-    /// The mode rule, once every start result and receipt is in.
+    /// The mode rule over the recorded facts, once every start result and
+    /// receipt is in: for a decision without actions, and for one whose
+    /// turn-ending wait was refused because a start was refused.
     fn after_applied(&mut self) -> Result<Next, StepError> {
         let turn = self.turn();
         let decided = turn.decided.expect("applied turns are decided");
@@ -624,4 +683,409 @@ pub(crate) fn validate(
         return Err("wait with nothing running, no new tasks and no outcome this turn".into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! Restore by difference against the full decode, over states a team
+    //! produces and corrupted ones.
+
+    use baton_run::{
+        ChildKey, EffectId, Failure, ProcessId, ProgramConfig, Schema, Settlement, SignalId,
+        StartId,
+    };
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::memo::{Restored, common_prefix};
+    use crate::wire::TaskRequest;
+    use crate::{Decision, Policy, PolicyConfig};
+
+    struct Plain(Descriptor);
+
+    impl Definition for Plain {
+        fn descriptor(&self) -> &Descriptor {
+            &self.0
+        }
+        fn start(&self, _: &Payload) -> Result<Box<dyn Execution>, StepError> {
+            Err(StepError::other("not run"))
+        }
+        fn restore(&self, _: &ExecutionState) -> Result<Box<dyn Execution>, StepError> {
+            Err(StepError::other("not run"))
+        }
+    }
+
+    fn team() -> Team {
+        let worker: Program = Program::new(ProgramConfig {
+            definition: Arc::new(Plain(
+                Descriptor::new("w.num", "A worker.", Schema::of::<i64>(), Schema::any())
+                    .expect("valid"),
+            )),
+            dispatcher: None,
+            implementation: baton_run::implementation_digest("memo", "1"),
+            configuration: baton_run::configuration_digest(&"w.num").expect("encodes"),
+        });
+        let coordinator = Policy::new(PolicyConfig {
+            name: "test.coordinator".into(),
+            description: "Unused.".into(),
+            build: "memo 1".into(),
+            decide: Arc::new(|turn| Ok(Decision::new(Mode::Continue, turn.state.clone()))),
+        })
+        .expect("valid")
+        .program()
+        .erase();
+        let descriptor = Descriptor::new(
+            "test.team",
+            "A team.",
+            Schema::of::<u32>(),
+            Schema::of::<String>(),
+        )
+        .expect("valid");
+        Team::new(
+            descriptor,
+            Config {
+                name: "test.team".into(),
+                description: "A team.".into(),
+                coordinator: Binding::new(&coordinator),
+                workers: vec![Binding::new(&worker)],
+                max_turns: Quota::Unlimited,
+                max_tasks: Quota::Unlimited,
+                max_concurrent_tasks: 64,
+                max_controls_per_turn: 4,
+            },
+        )
+        .expect("builds")
+    }
+
+    fn root() -> ProcessId {
+        ProcessId::root(&StartId::new("acme", "memo").expect("valid"))
+    }
+
+    fn key(text: &str) -> ChildKey {
+        ChildKey::new(text).expect("valid")
+    }
+
+    fn signal(body: SignalBody) -> Signal {
+        Signal {
+            id: SignalId::for_effect(EffectId::new(root(), 99, 0)),
+            wait: None,
+            body,
+        }
+    }
+
+    fn started(key_text: &str, refused: bool) -> Signal {
+        signal(SignalBody::ChildStarted {
+            effect: EffectId::new(root(), 0, 0),
+            key: key(key_text),
+            process: (!refused).then(|| ProcessId::child(root(), &key(key_text))),
+            failure: refused.then(|| Failure::contract("engine.child.tree_limit", "refused")),
+        })
+    }
+
+    fn ready(children: Vec<ChildOutcome>) -> Signal {
+        signal(SignalBody::ChildrenReady {
+            effect: EffectId::new(root(), 0, 1),
+            children,
+        })
+    }
+
+    fn drained(key_text: &str, termination: Termination) -> ChildOutcome {
+        ChildOutcome {
+            key: key(key_text),
+            process: ProcessId::child(root(), &key(key_text)),
+            termination,
+        }
+    }
+
+    /// One turn of a scripted history: how many tasks the decision starts
+    /// (and which of them are refused), its mode, and a mask choosing which
+    /// of the watched tasks drain whenever a wait settles.
+    #[derive(Clone, Debug)]
+    struct Round {
+        refused: Vec<bool>,
+        wait: bool,
+        drains: u64,
+    }
+
+    fn rounds() -> impl Strategy<Value = Vec<Round>> {
+        prop::collection::vec(
+            (
+                prop::collection::vec(prop::bool::weighted(0.2), 0..4),
+                any::<bool>(),
+                any::<u64>(),
+            )
+                .prop_map(|(refused, wait, drains)| Round {
+                    refused,
+                    wait,
+                    drains,
+                }),
+            1..7,
+        )
+    }
+
+    /// The tasks of `keys` chosen by `mask` (at least one when `some`).
+    fn chosen(keys: &[ChildKey], mask: u64, some: bool) -> Vec<ChildOutcome> {
+        let mut out: Vec<ChildOutcome> = keys
+            .iter()
+            .enumerate()
+            .filter(|(index, _)| mask >> (index % 64) & 1 == 1)
+            .map(|(_, key)| {
+                let output = if key.as_str().len() % 2 == 0 {
+                    Termination::completed(Payload::parse_str("1").expect("json"))
+                } else {
+                    Termination::failed(Failure::external("w.failed", "it \"failed\""))
+                };
+                drained(key.as_str(), output)
+            })
+            .collect();
+        if some && out.is_empty() {
+            out.push(drained(
+                keys[0].as_str(),
+                Termination::completed(Payload::null()),
+            ));
+        }
+        out
+    }
+
+    /// Runs a scripted history, restoring after every step as the kernel
+    /// does, and returns every state it produced.
+    fn history(team: &Team, script: &[Round]) -> Vec<Payload> {
+        let mut run = team
+            .start(&Payload::parse_str("7").expect("json"))
+            .expect("starts");
+        let mut states = Vec::new();
+        let mut next = 0usize;
+        let mut effects = match run.step(&[]).expect("opens") {
+            Transition::Continue { effects, .. } => effects,
+            other => panic!("{other:?}"),
+        };
+        let mut turn = 1u64;
+        let mut round = 0usize;
+        loop {
+            let state = run.snapshot().expect("snapshots");
+            states.push(state.0.clone());
+            run = team.restore(&state).expect("a produced state restores");
+            let window = match effects.as_slice() {
+                [
+                    Effect::StartChild { key: opened, .. },
+                    Effect::WaitChildren { keys, .. },
+                ] if opened.as_str().starts_with(RESERVED_PREFIX) => {
+                    let Some(script) = script.get(round) else {
+                        return states;
+                    };
+                    round += 1;
+                    let tasks = keys[..keys.len() - 1].to_vec();
+                    let mut children = chosen(&tasks, script.drains, false);
+                    let running = tasks.len() - children.len();
+                    let mut decision = Decision::new(
+                        if script.wait
+                            && (running > 0 || !script.refused.is_empty() || !children.is_empty())
+                        {
+                            Mode::Wait
+                        } else {
+                            Mode::Continue
+                        },
+                        Payload::parse_str("7").expect("json"),
+                    );
+                    for _ in &script.refused {
+                        decision = decision.with_task(TaskRequest::new(
+                            key(&format!("t{next}")),
+                            Name::new("w.num").expect("valid"),
+                            Payload::parse_str(&next.to_string()).expect("json"),
+                        ));
+                        next += 1;
+                    }
+                    children.push(drained(
+                        opened.as_str(),
+                        Termination::completed(Payload::encode(&decision).expect("encodes")),
+                    ));
+                    turn += 1;
+                    vec![started(opened.as_str(), false), ready(children)]
+                }
+                [Effect::WaitChildren { keys, .. }] => {
+                    vec![ready(chosen(
+                        keys,
+                        script[round - 1].drains.rotate_left(7),
+                        true,
+                    ))]
+                }
+                _ => {
+                    let refused = &script[round - 1].refused;
+                    let mut window = Vec::new();
+                    let mut any = false;
+                    for (effect, refused) in effects.iter().zip(refused) {
+                        let Effect::StartChild { key, .. } = effect else {
+                            panic!("{effect:?}");
+                        };
+                        any |= *refused;
+                        window.push(started(key.as_str(), *refused));
+                    }
+                    if let Some(Effect::WaitChildren { keys, .. }) = effects.last() {
+                        window.push(if any {
+                            signal(SignalBody::Settled {
+                                effect: EffectId::new(root(), 0, 2),
+                                settlement: Settlement::failed(Failure::contract(
+                                    WAIT_INVALID,
+                                    "refused",
+                                )),
+                            })
+                        } else {
+                            ready(chosen(keys, script[round - 1].drains.rotate_left(13), true))
+                        });
+                    }
+                    window
+                }
+            };
+            effects = match run.step(&window).expect("steps") {
+                Transition::Continue { effects, .. } => effects,
+                other => panic!("{other:?}"),
+            };
+            assert!(turn < 100);
+        }
+    }
+
+    /// Corrupts a state's task list or turn so that it may no longer be a
+    /// state a run produces.
+    fn corrupt(state: &Payload, how: u8, at: usize) -> Option<Payload> {
+        let mut value = state.to_value();
+        let tasks = value.get_mut("tasks").and_then(Value::as_array_mut)?;
+        let count = tasks.len();
+        let index = at % count;
+        let other = tasks[(index + 1) % count].clone();
+        let task = &mut tasks[index];
+        match how % 12 {
+            0 => task["request"]["key"] = other["request"]["key"].clone(),
+            1 => task["request"]["key"] = json!("team.turn.9"),
+            2 => task["request"]["key"] = json!("bad key"),
+            3 => task["request"]["worker"] = json!("w.none"),
+            4 => task["outcome"] = json!({"status": "completed", "cause": "completion"}),
+            5 => {
+                task.as_object_mut()?.remove("process");
+            }
+            6 => task["process"] = other.get("process")?.clone(),
+            7 => task["extra"] = json!(1),
+            8 => {
+                tasks.remove(index);
+            }
+            9 => tasks.insert(index, other),
+            10 => tasks.swap(index, (index + 1) % count),
+            _ => task["request"]["input"] = json!("text"),
+        }
+        Payload::from_value(&value).ok()
+    }
+
+    /// Restores `state` both ways from `base` and holds them equal.
+    fn same(shared: &Shared, base: &Payload, state: &Payload) -> Result<bool, TestCaseError> {
+        let (_, seen) = Record::decode_full(base, shared).expect("the base restores");
+        let base = Restored::new(base, seen);
+        let common = common_prefix(base.source.as_bytes(), state.as_bytes());
+        let full = Record::decode_full(state, shared);
+        let Some(by_difference) = Record::decode_after(state, shared, &base, common) else {
+            return Ok(false);
+        };
+        match (&by_difference, &full) {
+            (Ok((a, seen_a)), Ok((b, seen_b))) => {
+                prop_assert_eq!(format!("{a:?}"), format!("{b:?}"));
+                prop_assert_eq!(seen_a, seen_b);
+            }
+            (Err(_), Err(_)) => {}
+            _ => prop_assert!(
+                false,
+                "{state}: by difference {:?}, full {:?}",
+                by_difference.as_ref().map(|_| ()),
+                full.as_ref().map(|_| ())
+            ),
+        }
+        Ok(true)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, .. ProptestConfig::default() })]
+        /// A state is restored by difference exactly as a full decode
+        /// restores it (the same record, or both rejected), from the state
+        /// before it and from itself, for produced and corrupted states.
+        #[test]
+        fn restore_by_difference_is_the_full_decode(
+            script in rounds(),
+            corruptions in prop::collection::vec((any::<u8>(), any::<usize>(), any::<usize>()), 8),
+        ) {
+            let team = team();
+            let shared = &team.shared;
+            let states = history(&team, &script);
+            for pair in states.windows(2) {
+                same(shared, &pair[0], &pair[1])?;
+            }
+            for (how, at, which) in corruptions {
+                let state = &states[which % states.len()];
+                if let Some(bad) = corrupt(state, how, at) {
+                    same(shared, state, &bad)?;
+                    let previous = &states[(which % states.len()).saturating_sub(1)];
+                    same(shared, previous, &bad)?;
+                }
+            }
+        }
+    }
+
+    /// Six rounds of a few tasks each.
+    fn scripts() -> Vec<Vec<Round>> {
+        (0..4u64)
+            .map(|seed| {
+                (0..6)
+                    .map(|n| Round {
+                        refused: vec![(seed + n) % 5 == 0; 1 + ((seed + n) % 3) as usize],
+                        wait: (seed + n) % 2 == 0,
+                        drains: seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ n,
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Once settled tasks lead the list, a state restores by difference
+    /// from the one before it, and so does a corrupted one.
+    #[test]
+    fn consecutive_states_restore_by_difference() {
+        let team = team();
+        let states = history(&team, &scripts()[1]);
+        let applied = states
+            .windows(2)
+            .filter(|pair| same(&team.shared, &pair[0], &pair[1]).expect("the same record"))
+            .count();
+        assert!(
+            applied * 2 > states.len(),
+            "{applied} of {} states restored by difference",
+            states.len()
+        );
+    }
+
+    /// Concurrent runs of one team restore through the shared memo; each
+    /// gets the record a full decode gives, and the memo stays bounded.
+    #[test]
+    fn concurrent_runs_restore_correctly_through_one_memo() {
+        let team = Arc::new(team());
+        let histories: Vec<Vec<Payload>> = scripts().iter().map(|s| history(&team, s)).collect();
+        let barrier = Arc::new(std::sync::Barrier::new(histories.len()));
+        std::thread::scope(|scope| {
+            for states in &histories {
+                let (team, barrier) = (team.clone(), barrier.clone());
+                scope.spawn(move || {
+                    barrier.wait();
+                    for _ in 0..20 {
+                        for state in states {
+                            let restored = team
+                                .restore(&ExecutionState(state.clone()))
+                                .expect("restores");
+                            assert_eq!(&restored.snapshot().expect("snapshots").0, state);
+                            let memo = Record::decode(state, &team.shared).expect("restores");
+                            let (full, _) =
+                                Record::decode_full(state, &team.shared).expect("restores");
+                            assert_eq!(format!("{memo:?}"), format!("{full:?}"));
+                        }
+                    }
+                });
+            }
+        });
+        assert!(team.shared.memo().len() <= crate::memo::Memo::ENTRIES);
+    }
 }

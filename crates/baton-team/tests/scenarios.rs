@@ -503,3 +503,152 @@ async fn unaddressed_input_to_the_team_is_refused() {
         .expect("admitted");
     assert_eq!(handle.output().await.expect("completes"), "go");
 }
+
+/// A round under `wait` costs the team two steps: the decision's starts go
+/// out with the turn-ending wait, and the start results, the wait's
+/// settlement and the next turn's start share one step.
+#[tokio::test]
+async fn a_wait_round_costs_the_team_two_steps() {
+    const ROUNDS: usize = 3;
+    const BATCH: usize = 4;
+    let seen = Seen::default();
+    let log = seen.clone();
+    let coordinator = policy("rounds 1", move |turn| {
+        log.record(turn);
+        if turn.running().next().is_some() {
+            return Ok(Decision::new(Mode::Wait, state(turn)));
+        }
+        let done = turn.tasks.len();
+        if done == ROUNDS * BATCH {
+            return Ok(Decision::complete(state(turn), payload(json!(done))));
+        }
+        let mut decision = Decision::new(Mode::Wait, state(turn));
+        for index in done..done + BATCH {
+            decision = decision.with_task(task(&format!("t{index}"), "test.echo", json!(index)));
+        }
+        Ok(decision)
+    });
+    let team = compile::<String, Value>(config(coordinator, vec![worker(Kind::Echo, "test.echo")]))
+        .expect("valid");
+    let memory = MemoryStore::keeping_history();
+    let engine = engine(Arc::new(memory.clone()), &team);
+    let handle = engine
+        .start(&team, request("rounds", "go".to_owned()))
+        .await
+        .expect("starts");
+    assert_eq!(
+        handle.output().await.expect("completes"),
+        json!(ROUNDS * BATCH)
+    );
+    let turns = seen.turns();
+    assert_eq!(turns.len(), ROUNDS + 1, "each round's wait settled at once");
+    for (round, turn) in turns.iter().enumerate() {
+        assert_eq!(turn.tasks.len(), round * BATCH);
+        assert!(turn.tasks.iter().all(|t| t.outcome.is_some()));
+    }
+    let view = handle.inspect().await.expect("inspects");
+    // Turn 1 opens, two steps per round, the last decision completes.
+    assert_eq!(view.root().usage.steps, (1 + 2 * ROUNDS + 1) as u64);
+    let refusals = memory
+        .records(handle.tree())
+        .iter()
+        .filter(|record| {
+            String::from_utf8_lossy(&record.body).contains("engine.child.wait.invalid")
+        })
+        .count();
+    assert_eq!(refusals, 0, "no wait was refused");
+}
+
+/// A refused start makes the kernel refuse the wait declared with it; the
+/// team then applies the wait rule to the facts: an older task still
+/// running is waited on (the documented edge case), so the next turn sees
+/// it drained next to the refusal.
+#[tokio::test]
+async fn a_refused_start_under_wait_still_blocks_on_an_older_task() {
+    let seen = Seen::default();
+    let log = seen.clone();
+    let coordinator = special_coordinator(Kind::Pause, 2, move |turn| {
+        log.record(turn);
+        match turn.number {
+            1 => Ok(Decision::new(Mode::Continue, state(turn)).with_task(task(
+                "ask",
+                "test.ask",
+                json!("ask?"),
+            ))),
+            2 => Ok(Decision::new(Mode::Wait, state(turn)).with_task(task(
+                "bad",
+                "test.privileged",
+                json!(0),
+            ))),
+            3 => Ok(Decision::complete(state(turn), payload(json!("done")))),
+            _ => Err(unexpected(turn)),
+        }
+    });
+    let mut config = config(
+        coordinator,
+        vec![
+            worker(Kind::Ask, "test.ask"),
+            worker(Kind::Echo, "test.privileged"),
+        ],
+    );
+    config.workers[1] = Binding::new(&config.workers[1].program)
+        .with_capabilities(Capabilities::of([Name::new("admin").expect("valid")]));
+    let team = compile::<String, Value>(config).expect("valid");
+    let memory = MemoryStore::keeping_history();
+    let engine = engine(Arc::new(memory.clone()), &team);
+    let handle = engine
+        .start(&team, request("refused-wait", "go".to_owned()))
+        .await
+        .expect("starts");
+    let answer = |id: &str, wait, value: Value| SignalRequest {
+        id: SignalId::new(id).expect("valid"),
+        wait: Some(wait),
+        payload: payload(value),
+    };
+    let ask = handle.child::<Value>(&key("ask"));
+    let question = open_wait(&ask).await;
+    let turn2 = handle.child::<Value>(&key("team.turn.2"));
+    let pause = open_wait(&turn2).await;
+    turn2
+        .signal(answer("go-2", pause, json!(true)))
+        .await
+        .expect("admitted");
+    // Until the task is answered the team waits on it after the refusal.
+    let refused = || {
+        memory
+            .records(handle.tree())
+            .iter()
+            .filter(|record| {
+                String::from_utf8_lossy(&record.body).contains("engine.child.wait.invalid")
+            })
+            .count()
+    };
+    let mut blocked = false;
+    for _ in 0..100_000 {
+        let view = handle.inspect().await.expect("inspects");
+        if refused() == 1 && view.root().status == Status::Waiting {
+            blocked = true;
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(blocked, "the team never waited after the refused wait");
+    assert_eq!(seen.turns().len(), 2, "wait blocks on the older task");
+    ask.signal(answer("answer-ask", question, json!("yes")))
+        .await
+        .expect("admitted");
+    assert_eq!(handle.output().await.expect("completes"), json!("done"));
+    let turns = seen.turns();
+    assert_eq!(turns.len(), 3);
+    let bad = turns[2].task("bad").expect("listed");
+    assert_eq!(
+        bad.rejection.as_ref().map(|f| f.code()),
+        Some("engine.child.capability_escalation")
+    );
+    assert_eq!(
+        turns[2].task("ask").and_then(|t| t.status()),
+        Some(Status::Completed),
+        "the next turn started once the older task drained"
+    );
+    assert_eq!(refused(), 1, "one refused wait in the log");
+}

@@ -71,6 +71,20 @@ fn decided(turn: u64, decision: &Decision) -> ChildOutcome {
     )
 }
 
+/// The kernel's refusal of a wait naming a task whose start was refused.
+fn wait_refused() -> Signal {
+    signal(
+        3,
+        SignalBody::Settled {
+            effect: EffectId::new(root(), 0, 3),
+            settlement: Settlement::failed(Failure::contract(
+                "engine.child.wait.invalid",
+                "b is not a child of this process",
+            )),
+        },
+    )
+}
+
 fn receipt(key_text: &str) -> Signal {
     signal(
         2,
@@ -411,8 +425,13 @@ fn run_turn_two(history: History, decision: &Decision) -> Result<Transition, Fai
         ready(vec![decided(1, &first)]),
     ])
     .expect("applies");
-    run.step(&[started("a", false), started("b", true), started("c", false)])
-        .expect("receipts");
+    // Under `wait`, the turn-ending wait was declared with the starts; b's
+    // refused start makes the kernel refuse it.
+    let mut results = vec![started("a", false), started("b", true), started("c", false)];
+    if history.drained_before {
+        results.push(wait_refused());
+    }
+    run.step(&results).expect("receipts");
     let done = || Termination::completed(payload(json!(0)));
     if history.drained_before {
         run.step(&[ready(vec![drained("a", done()), drained("c", done())])])
@@ -558,7 +577,26 @@ proptest! {
                     Transition::Continue { effects, .. } => {
                         let actions = decision.tasks.len() + decision.controls.len();
                         if actions > 0 {
-                            prop_assert_eq!(effects.len(), actions);
+                            // Under `wait` with no outcome this turn and
+                            // something to run, the turn-ending wait goes
+                            // out with the actions, over the running tasks
+                            // (a, c unless drained or arrived) and the new.
+                            let arrived = history.arrived_during && !history.drained_before;
+                            let mut running: Vec<&str> = if history.drained_before {
+                                vec![]
+                            } else if arrived {
+                                vec!["a"]
+                            } else {
+                                vec!["a", "c"]
+                            };
+                            running.extend(decision.tasks.iter().map(|task| task.key.as_str()));
+                            let waits = decision.mode == Some(Mode::Wait) && !arrived && !running.is_empty();
+                            prop_assert_eq!(effects.len(), actions + usize::from(waits));
+                            if waits {
+                                let expected: Vec<ChildKey> = running.iter().map(|k| key(k)).collect();
+                                let wait = matches!(effects.last(), Some(Effect::WaitChildren { keys, .. }) if keys == &expected);
+                                prop_assert!(wait, "{effects:?}");
+                            }
                             for (effect, task) in effects.iter().zip(&decision.tasks) {
                                 let is_start = matches!(effect, Effect::StartChild { key, .. } if key == &task.key);
                                 prop_assert!(is_start, "{effect:?}");
@@ -580,5 +618,271 @@ proptest! {
                 }
             }
         }
+    }
+}
+
+fn wait_keys(effect: &Effect) -> Vec<&str> {
+    match effect {
+        Effect::WaitChildren { keys, .. } => keys.iter().map(ChildKey::as_str).collect(),
+        other => panic!("not a children wait: {other:?}"),
+    }
+}
+
+fn effects_of(transition: &Transition) -> &[Effect] {
+    match transition {
+        Transition::Continue { effects, .. } => effects,
+        other => panic!("not a continue: {other:?}"),
+    }
+}
+
+/// Snapshots `run` and restores the snapshot, as the kernel does after
+/// every step, so every intermediate state is held to restore's rules.
+fn round_trip(
+    definition: &dyn Definition,
+    run: &dyn baton_run::Execution,
+) -> Box<dyn baton_run::Execution> {
+    let state = run.snapshot().expect("snapshots");
+    let restored = definition.restore(&state).expect("restores");
+    assert_eq!(restored.snapshot().expect("snapshots"), state);
+    restored
+}
+
+/// A `wait` decision that starts work declares the turn-ending wait with
+/// its starts, so the start results and the wait's settlement arrive in one
+/// window: the round costs one team step less.
+#[test]
+fn a_wait_decision_declares_its_wait_with_its_starts() {
+    let team = team();
+    let definition = team.definition();
+    let mut run = definition.start(&payload(json!(7))).expect("starts");
+    run.step(&[]).expect("turn 1 opens");
+    let first = Decision::new(Mode::Continue, payload(json!(7))).with_task(request_of(
+        "a",
+        "w.num",
+        json!(1),
+    ));
+    run.step(&[
+        started("team.turn.1", false),
+        ready(vec![decided(1, &first)]),
+    ])
+    .expect("applies");
+    run.step(&[started("a", false)]).expect("started");
+    let second = Decision::new(Mode::Wait, payload(json!(7)))
+        .with_task(request_of("c", "w.num", json!(2)))
+        .with_control(Control::cancel(key("a"), "enough"));
+    let transition = run
+        .step(&[
+            started("team.turn.2", false),
+            ready(vec![decided(2, &second)]),
+        ])
+        .expect("applies");
+    let effects = effects_of(&transition);
+    assert_eq!(effects.len(), 3, "{effects:?}");
+    assert!(matches!(&effects[0], Effect::StartChild { key, .. } if key.as_str() == "c"));
+    assert!(matches!(&effects[1], Effect::CancelChild { key, .. } if key.as_str() == "a"));
+    assert_eq!(wait_keys(&effects[2]), ["a", "c"]);
+    let mut run = round_trip(definition.as_ref(), run.as_ref());
+    let a = Termination::ended(
+        baton_run::Cause::ParentCancellation,
+        Failure::contract("x.y", "stop"),
+    );
+    let transition = run
+        .step(&[
+            started("c", false),
+            receipt("a"),
+            ready(vec![drained("a", a)]),
+        ])
+        .expect("settles in one step");
+    let effects = effects_of(&transition);
+    assert!(
+        matches!(&effects[0], Effect::StartChild { key, .. } if key.as_str() == "team.turn.3"),
+        "the next turn starts in the same step: {effects:?}"
+    );
+    assert_eq!(wait_keys(&effects[1]), ["c", "team.turn.3"]);
+    let turn: baton_team::Turn = match &effects[0] {
+        Effect::StartChild { input, .. } => input.decode().expect("a turn"),
+        _ => unreachable!(),
+    };
+    assert_eq!(turn.controls.len(), 1, "turn 3 shows the receipt");
+    assert!(turn.task("a").is_some_and(|t| t.outcome.is_some()));
+    assert!(turn.task("c").is_some_and(|t| t.is_running()));
+    round_trip(definition.as_ref(), run.as_ref());
+}
+
+/// When a start is refused the kernel refuses the wait naming it; the mode
+/// rule then applies to the recorded facts as it did before: an older task
+/// still running is waited on, otherwise the next turn starts at once.
+#[test]
+fn a_refused_start_falls_back_to_the_wait_rule() {
+    let team = team();
+    let definition = team.definition();
+    for older in [true, false] {
+        let mut run = definition.start(&payload(json!(7))).expect("starts");
+        run.step(&[]).expect("turn 1 opens");
+        let mut number = 1;
+        if older {
+            let first = Decision::new(Mode::Continue, payload(json!(7))).with_task(request_of(
+                "a",
+                "w.num",
+                json!(1),
+            ));
+            run.step(&[
+                started("team.turn.1", false),
+                ready(vec![decided(1, &first)]),
+            ])
+            .expect("applies");
+            run.step(&[started("a", false)]).expect("started");
+            number = 2;
+        }
+        let decision = Decision::new(Mode::Wait, payload(json!(7))).with_task(request_of(
+            "b",
+            "w.num",
+            json!(2),
+        ));
+        let transition = run
+            .step(&[
+                started(&format!("team.turn.{number}"), false),
+                ready(vec![decided(number, &decision)]),
+            ])
+            .expect("applies");
+        let expected: &[&str] = if older { &["a", "b"] } else { &["b"] };
+        assert_eq!(wait_keys(&effects_of(&transition)[1]), expected);
+        let mut run = round_trip(definition.as_ref(), run.as_ref());
+        let transition = run
+            .step(&[started("b", true), wait_refused()])
+            .expect("falls back");
+        let effects = effects_of(&transition);
+        if older {
+            assert_eq!(effects.len(), 1, "{effects:?}");
+            assert_eq!(
+                wait_keys(&effects[0]),
+                ["a"],
+                "wait blocks on the older task"
+            );
+            let mut run = round_trip(definition.as_ref(), run.as_ref());
+            let transition = run
+                .step(&[ready(vec![drained(
+                    "a",
+                    Termination::completed(payload(json!(2))),
+                )])])
+                .expect("waited");
+            assert!(
+                matches!(&effects_of(&transition)[0], Effect::StartChild { key, .. } if key.as_str() == "team.turn.3")
+            );
+        } else {
+            assert!(
+                matches!(&effects[0], Effect::StartChild { key, .. } if key.as_str() == "team.turn.2"),
+                "nothing runs: the next turn starts at once: {effects:?}"
+            );
+            round_trip(definition.as_ref(), run.as_ref());
+        }
+    }
+}
+
+/// The window after a `wait` decision with actions must end with the wait's
+/// settlement, refused only when a start was refused.
+#[test]
+fn the_declared_wait_must_settle_as_the_kernel_settles_it() {
+    let team = team();
+    let definition = team.definition();
+    let applying = || {
+        let mut run = definition.start(&payload(json!(7))).expect("starts");
+        run.step(&[]).expect("turn 1 opens");
+        let decision = Decision::new(Mode::Wait, payload(json!(7)))
+            .with_task(request_of("a", "w.num", json!(1)))
+            .with_task(request_of("b", "w.num", json!(2)));
+        run.step(&[
+            started("team.turn.1", false),
+            ready(vec![decided(1, &decision)]),
+        ])
+        .expect("applies");
+        run
+    };
+    let done = || Termination::completed(payload(json!(0)));
+    for (window, what) in [
+        (
+            vec![started("a", false), started("b", false)],
+            "no wait settlement",
+        ),
+        (
+            vec![started("a", false), started("b", false), wait_refused()],
+            "a refused wait without a refused start",
+        ),
+        (
+            vec![
+                started("a", false),
+                started("b", true),
+                ready(vec![drained("a", done())]),
+            ],
+            "a settled wait naming a refused start",
+        ),
+        (
+            vec![started("a", false), started("b", false), ready(vec![])],
+            "an empty settlement",
+        ),
+        (
+            vec![
+                started("a", false),
+                started("b", false),
+                ready(vec![drained("a", done())]),
+                receipt("a"),
+            ],
+            "a signal after the settlement",
+        ),
+    ] {
+        let Err(error) = applying().step(&window) else {
+            panic!("{what} was accepted");
+        };
+        assert_eq!(error.failure().code(), "team.protocol.invalid", "{what}");
+    }
+    applying()
+        .step(&[started("a", false), started("b", true), wait_refused()])
+        .expect("a refused start refuses the wait");
+}
+
+/// A decided `wait` turn with actions declared its wait with them, so it
+/// is recorded waiting on its own only after a refused start.
+#[test]
+fn restore_accepts_a_waiting_turn_only_as_the_wait_rule_produces_it() {
+    let team = team();
+    let definition = team.definition();
+    let restore = |state: Value| definition.restore(&ExecutionState(payload(state)));
+    let running = |k: &str| json!({"request": {"key": k, "worker": "w.num", "input": 1}, "process": child(k)});
+    let refused = json!({"request": {"key": "b", "worker": "w.num", "input": 1},
+        "rejection": {"kind": "contract", "code": "engine.child.tree_limit", "message": "refused"}});
+    let waiting = |tasks: u32, list: Vec<Value>, controls: Option<Value>| {
+        let mut state = json!({
+            "turn": {"number": 2, "state": 7, "coordinator": child("team.turn.2"),
+                     "decided": {"mode": "wait", "tasks": tasks}},
+            "tasks": list,
+        });
+        if let Some(controls) = controls {
+            state["controls"] = controls;
+        }
+        state
+    };
+    let receipts = json!([{
+        "control": json_of(&Control::cancel(key("a"), "stop")),
+        "result": json_of(&Settlement::ok(Payload::null())),
+    }]);
+    assert!(
+        restore(waiting(0, vec![running("a")], None)).is_ok(),
+        "no actions"
+    );
+    assert!(
+        restore(waiting(1, vec![running("a"), refused.clone()], None)).is_ok(),
+        "a refused start"
+    );
+    for (bad, what) in [
+        (
+            waiting(1, vec![running("a"), running("c")], None),
+            "a started task",
+        ),
+        (waiting(0, vec![running("a")], Some(receipts)), "a control"),
+    ] {
+        let error = restore(bad)
+            .err()
+            .unwrap_or_else(|| panic!("{what} restored"));
+        assert_eq!(error.failure().code(), "team.state.invalid", "{what}");
     }
 }

@@ -1,0 +1,136 @@
+//! Restore by difference: the tasks of a few recently restored states.
+//!
+//! The kernel restores every candidate state, and consecutive states of a
+//! team differ only in a few tasks and the turn: the settled tasks at the
+//! front of the task list are byte for byte those of the state restored
+//! before. Restore compares the new text with the texts kept here (a
+//! memcmp, far cheaper than parsing), reuses what it read of the tasks
+//! that lie wholly in the longest common prefix, and reads only the rest
+//! (see `Record::decode_after`).
+//!
+//! The memo is only a cache: the record restored, and whether a state is
+//! accepted, never depend on what it holds. It is shared by every run of
+//! one team (concurrent runs included), holds at most [`Memo::ENTRIES`]
+//! states, and its lock is held only to copy or replace entries, never
+//! while parsing or comparing.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use baton_run::{Payload, ProcessId};
+
+/// What restore read of one task, as spans of the state's text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Seen {
+    /// The task's JSON.
+    pub span: Range<usize>,
+    /// Its request's key.
+    pub key: Range<usize>,
+    /// Its request's worker.
+    pub worker: Range<usize>,
+    pub process: Option<ProcessId>,
+    /// Whether a step may still change it (awaiting admission or running).
+    pub live: bool,
+}
+
+/// A restored (accepted) state and what restore read of its tasks.
+#[derive(Debug)]
+pub(crate) struct Restored {
+    pub source: Payload,
+    /// Every task, in request order.
+    pub tasks: Box<[Seen]>,
+}
+
+impl Restored {
+    pub fn new(source: &Payload, tasks: Vec<Seen>) -> Restored {
+        Restored {
+            source: source.clone(),
+            tasks: tasks.into_boxed_slice(),
+        }
+    }
+}
+
+/// The most recently restored states of one team, newest first.
+#[derive(Debug, Default)]
+pub(crate) struct Memo {
+    recent: Mutex<VecDeque<Arc<Restored>>>,
+}
+
+impl Memo {
+    /// How many states are kept: enough for a few runs of the team at once.
+    pub const ENTRIES: usize = 4;
+
+    /// Every entry is immutable once inserted, so a panic elsewhere while
+    /// the lock was held cannot have left a half-written one.
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Arc<Restored>>> {
+        self.recent.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The kept state sharing the longest prefix with `text` (the newest
+    /// on a tie), and the length of that prefix; none when no kept state
+    /// shares a byte with it.
+    pub fn nearest(&self, text: &str) -> Option<(Arc<Restored>, usize)> {
+        let recent: Vec<Arc<Restored>> = self.lock().iter().cloned().collect();
+        let mut best: Option<(Arc<Restored>, usize)> = None;
+        for entry in recent {
+            let common = common_prefix(entry.source.as_bytes(), text.as_bytes());
+            if common > best.as_ref().map_or(0, |(_, length)| *length) {
+                best = Some((entry, common));
+            }
+        }
+        best
+    }
+
+    /// Keeps `restored` as the newest entry, dropping the oldest beyond
+    /// [`Memo::ENTRIES`]. A state without tasks has nothing to reuse and is
+    /// not kept.
+    pub fn insert(&self, restored: Restored) {
+        if restored.tasks.is_empty() {
+            return;
+        }
+        let restored = Arc::new(restored);
+        let mut recent = self.lock();
+        recent.push_front(restored);
+        recent.truncate(Self::ENTRIES);
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// The length of the longest common prefix of `a` and `b`, compared a
+/// block at a time.
+pub(crate) fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    const BLOCK: usize = 256;
+    let length = a.len().min(b.len());
+    let mut at = 0;
+    while at + BLOCK <= length && a[at..at + BLOCK] == b[at..at + BLOCK] {
+        at += BLOCK;
+    }
+    at + a[at..length]
+        .iter()
+        .zip(&b[at..length])
+        .position(|(x, y)| x != y)
+        .unwrap_or(length - at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_common_prefix_is_found_across_blocks() {
+        let a = vec![7u8; 1000];
+        for split in [0, 1, 255, 256, 257, 511, 999] {
+            let mut b = a.clone();
+            b[split] = 8;
+            assert_eq!(common_prefix(&a, &b), split);
+        }
+        assert_eq!(common_prefix(&a, &a), 1000);
+        assert_eq!(common_prefix(&a, &a[..300]), 300);
+        assert_eq!(common_prefix(&a[..0], &a), 0);
+    }
+}
