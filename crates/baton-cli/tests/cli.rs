@@ -174,8 +174,8 @@ fn inspect_and_ps_output_is_stable() {
     );
     let inspect = redact(&dir.ok(&["inspect", tree]));
     let expected = "\
-tree p_…  scope demo  status waiting  log 10 records
-(root) demo.pause p_… [waiting]  steps 3, effects 4, signals 4
+tree p_…  scope demo  status waiting  log 9 records
+(root) demo.pause p_… [waiting]  steps 2, effects 4, signals 4
   instruction demo.instruction p_… [waiting]  steps 2/64, effects 1/32, signals 1/64
     open wait w_… (key coordination.input): answer with `baton answer p_… --wait w_… JSON`
   team.turn.1 demo.pause_coordinator p_… [completed]  steps 1/64, effects 0/32, signals 0/64
