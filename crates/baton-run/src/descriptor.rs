@@ -1,7 +1,9 @@
 //! Descriptors: a program's name, description and JSON Schemas.
 
+mod text;
+
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
@@ -15,7 +17,33 @@ use crate::payload::{Payload, PayloadError};
 #[derive(Clone)]
 pub struct Schema {
     json: Payload,
-    validator: Arc<jsonschema::Validator>,
+    validator: Arc<Validators>,
+}
+
+/// The validators of one schema, shared by every `Schema` of the same
+/// canonical JSON.
+struct Validators {
+    /// Validates `serde_json::Value`s, and reports the violations of every
+    /// payload the text validator rejects.
+    value: jsonschema::Validator,
+    /// The same schema compiled for canonical payload text, compiled when a
+    /// payload is first validated (`None` if it would not compile, which the
+    /// value validator having compiled rules out in practice).
+    text: OnceLock<Option<jsonschema::Validator<text::CanonicalText>>>,
+}
+
+impl Validators {
+    /// The text validator's verdict on `payload`, or `None` when only the
+    /// value validator can judge it.
+    fn text_verdict(&self, schema: &Payload, payload: &Payload) -> Option<bool> {
+        let validator = self.text.get_or_init(|| {
+            jsonschema::options_for::<text::CanonicalText>()
+                .with_draft(jsonschema::Draft::Draft202012)
+                .build(&schema.to_value())
+                .ok()
+        });
+        text::is_valid(validator.as_ref()?, payload.as_str())
+    }
 }
 
 /// Why a schema could not be used.
@@ -59,7 +87,13 @@ impl Schema {
                 message: error.to_string(),
             }
         })?;
-        let validator = compiled::keep(digest, Arc::new(validator));
+        let validator = compiled::keep(
+            digest,
+            Arc::new(Validators {
+                value: validator,
+                text: OnceLock::new(),
+            }),
+        );
         Ok(Schema { json, validator })
     }
 
@@ -101,21 +135,38 @@ impl Schema {
     }
 
     /// Validates a payload, reporting the first violation.
+    ///
+    /// The payload's canonical text is validated in place, with no
+    /// `serde_json::Value` built for it. Only a rejected payload is parsed
+    /// into a `Value`, so that the value validator names the violation
+    /// exactly as it always has (and has the last word on the verdict).
     pub fn validate(&self, payload: &Payload) -> Result<(), SchemaViolation> {
-        if self.json.as_str() == "true" {
+        if self.is_valid(payload) {
             return Ok(());
         }
         let value = payload.to_value();
         self.validate_value(&value)
     }
 
+    /// Whether a payload satisfies the schema: the verdict of
+    /// [`Schema::validate`] without the cost of naming a violation.
+    pub fn is_valid(&self, payload: &Payload) -> bool {
+        if self.json.as_str() == "true" {
+            return true;
+        }
+        match self.validator.text_verdict(&self.json, payload) {
+            Some(verdict) => verdict,
+            None => self.validator.value.is_valid(&payload.to_value()),
+        }
+    }
+
     /// Validates an already parsed value.
     pub fn validate_value(&self, value: &Value) -> Result<(), SchemaViolation> {
         // The boolean check is much cheaper than collecting errors.
-        if self.validator.is_valid(value) {
+        if self.validator.value.is_valid(value) {
             return Ok(());
         }
-        match self.validator.iter_errors(value).next() {
+        match self.validator.value.iter_errors(value).next() {
             None => Ok(()),
             Some(error) => Err(SchemaViolation {
                 path: error.instance_path().to_string(),
@@ -150,10 +201,11 @@ mod compiled {
     use std::collections::BTreeMap;
     use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 
+    use super::Validators;
     use crate::digest::Digest;
 
     struct Compiled {
-        validators: BTreeMap<Digest, Weak<jsonschema::Validator>>,
+        validators: BTreeMap<Digest, Weak<Validators>>,
         /// Entries when dead ones were last swept.
         swept: usize,
     }
@@ -165,16 +217,13 @@ mod compiled {
         })
     });
 
-    pub(super) fn find(digest: &Digest) -> Option<Arc<jsonschema::Validator>> {
+    pub(super) fn find(digest: &Digest) -> Option<Arc<Validators>> {
         let compiled = COMPILED.lock().unwrap_or_else(PoisonError::into_inner);
         compiled.validators.get(digest).and_then(Weak::upgrade)
     }
 
     /// Keeps `validator` for reuse (or returns one compiled meanwhile).
-    pub(super) fn keep(
-        digest: Digest,
-        validator: Arc<jsonschema::Validator>,
-    ) -> Arc<jsonschema::Validator> {
+    pub(super) fn keep(digest: Digest, validator: Arc<Validators>) -> Arc<Validators> {
         let mut compiled = COMPILED.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(existing) = compiled.validators.get(&digest).and_then(Weak::upgrade) {
             return existing;

@@ -1,0 +1,703 @@
+//! Canonical payload text as a JSON representation the schema validator
+//! reads in place.
+//!
+//! `jsonschema` validates any representation that implements its
+//! [`Json`] trait, with the same compiled keywords and the same semantics.
+//! Checking a payload through a `serde_json::Value` means building and
+//! dropping a tree of maps and strings per payload, which is most of the
+//! cost of checking a large input. This module owns the cheaper
+//! representation: one pass over the canonical text records every value's
+//! kind and byte span in a flat tape (its buffer reused per thread), and a
+//! node is an index into that tape. Strings and keys without escapes are
+//! borrowed from the text; escaped ones are decoded by serde_json, and
+//! numbers are read from their literal by serde_json's own number parser,
+//! so every accessor answers exactly what the `Value` of the same text
+//! would.
+//!
+//! The scanner trusts that the text is one well-formed JSON value (payloads
+//! always are) but never panics on anything else: text it cannot read
+//! yields no tape, and the caller validates through a `Value` instead.
+
+use std::borrow::Cow;
+use std::cell::Cell;
+
+use jsonschema::json::{Array, Json, Node, NodeIdentity, Object, cmp};
+use jsonschema::types::JsonType;
+use serde_json::{Number, Value};
+
+/// The JSON representation of canonical payload text.
+pub(crate) struct CanonicalText;
+
+/// Validates the root of `text` with `validator`, or `None` when the text
+/// cannot be read as one JSON value.
+pub(crate) fn is_valid(
+    validator: &jsonschema::Validator<CanonicalText>,
+    text: &str,
+) -> Option<bool> {
+    thread_local! {
+        // Reused by every validation on this thread, so a tape allocates
+        // only while it grows.
+        static TAPE: Cell<Vec<Entry>> = const { Cell::new(Vec::new()) };
+    }
+    let mut tape = TAPE.take();
+    tape.clear();
+    let verdict = if build(text, &mut tape).is_some() {
+        let doc = Doc { text, tape };
+        let verdict = validator.is_valid(doc.root());
+        tape = doc.tape;
+        Some(verdict)
+    } else {
+        None
+    };
+    // A huge payload's tape is not worth keeping for the next small one.
+    if tape.capacity() <= KEPT_ENTRIES {
+        TAPE.set(tape);
+    }
+    verdict
+}
+
+/// Largest tape buffer a thread keeps between validations (about 1.5 MB).
+const KEPT_ENTRIES: usize = 1 << 16;
+
+/// What a tape entry holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Null,
+    False,
+    True,
+    Number,
+    String,
+    Array,
+    Object,
+    /// An object member's name; its value's entry follows it.
+    Key,
+}
+
+/// One value (or member name) of the text.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    kind: Kind,
+    /// For strings and keys: the contents contain escapes.
+    escaped: bool,
+    /// Strings and keys: first byte of the contents (after the quote);
+    /// others: first byte of the value.
+    start: u32,
+    /// Strings and keys: the closing quote; others: one past the value.
+    end: u32,
+    /// Containers: members or elements.
+    len: u32,
+    /// The entry after this value's whole subtree (its next sibling).
+    next: u32,
+}
+
+/// A text and its tape.
+pub(crate) struct Doc<'t> {
+    text: &'t str,
+    tape: Vec<Entry>,
+}
+
+impl<'t> Doc<'t> {
+    fn root(&self) -> TextNode<'_> {
+        TextNode { doc: self, at: 0 }
+    }
+
+    fn entry(&self, at: u32) -> &Entry {
+        &self.tape[at as usize]
+    }
+
+    fn contents(&self, entry: &Entry) -> &'t str {
+        &self.text[entry.start as usize..entry.end as usize]
+    }
+
+    /// The decoded contents of a string or key entry.
+    fn string(&self, entry: &Entry) -> Cow<'t, str> {
+        if !entry.escaped {
+            return Cow::Borrowed(self.contents(entry));
+        }
+        // The quotes around the contents are part of the text.
+        let quoted = &self.text[entry.start as usize - 1..entry.end as usize + 1];
+        Cow::Owned(serde_json::from_str(quoted).expect("the tape checked this string"))
+    }
+
+    fn number(&self, entry: &Entry) -> Number {
+        self.contents(entry)
+            .parse()
+            .expect("the tape checked this number")
+    }
+}
+
+/// Fills `tape` with the entries of `text`, a single JSON value without
+/// whitespace (canonical text never has any), in document order.
+fn build(text: &str, tape: &mut Vec<Entry>) -> Option<()> {
+    let bytes = text.as_bytes();
+    u32::try_from(bytes.len()).ok()?;
+    let mut open: Vec<u32> = Vec::new();
+    let mut at = 0usize;
+    'value: loop {
+        let index = u32::try_from(tape.len()).ok()?;
+        let start = at as u32;
+        let leaf = |kind, end: usize, tape: &mut Vec<Entry>| {
+            tape.push(Entry {
+                kind,
+                escaped: false,
+                start,
+                end: end as u32,
+                len: 0,
+                next: index + 1,
+            });
+            end
+        };
+        match *bytes.get(at)? {
+            open_byte @ (b'{' | b'[') => {
+                let (kind, close) = if open_byte == b'{' {
+                    (Kind::Object, b'}')
+                } else {
+                    (Kind::Array, b']')
+                };
+                tape.push(Entry {
+                    kind,
+                    escaped: false,
+                    start,
+                    end: start,
+                    len: 0,
+                    next: index,
+                });
+                at += 1;
+                if *bytes.get(at)? == close {
+                    at += 1;
+                    let entry = &mut tape[index as usize];
+                    entry.end = at as u32;
+                    entry.next = index + 1;
+                } else {
+                    open.push(index);
+                    if kind == Kind::Object {
+                        at = key(bytes, at, tape)?;
+                    }
+                    continue 'value;
+                }
+            }
+            b'"' => {
+                let (end, escaped) = string(bytes, at + 1)?;
+                tape.push(Entry {
+                    kind: Kind::String,
+                    escaped,
+                    start: start + 1,
+                    end: end as u32,
+                    len: 0,
+                    next: index + 1,
+                });
+                if escaped {
+                    serde_json::from_str::<String>(&text[at..=end]).ok()?;
+                }
+                at = end + 1;
+            }
+            b'n' if bytes[at..].starts_with(b"null") => at = leaf(Kind::Null, at + 4, tape),
+            b't' if bytes[at..].starts_with(b"true") => at = leaf(Kind::True, at + 4, tape),
+            b'f' if bytes[at..].starts_with(b"false") => at = leaf(Kind::False, at + 5, tape),
+            b'-' | b'0'..=b'9' => {
+                let mut end = at + 1;
+                while bytes.get(end).is_some_and(|byte| {
+                    matches!(byte, b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+                }) {
+                    end += 1;
+                }
+                text[at..end].parse::<Number>().ok()?;
+                at = leaf(Kind::Number, end, tape);
+            }
+            _ => return None,
+        }
+        // A value just ended: it belongs to the innermost open container,
+        // which either goes on or closes (and is then a value that ended).
+        loop {
+            let Some(&container) = open.last() else {
+                return (at == bytes.len()).then_some(());
+            };
+            let next = u32::try_from(tape.len()).ok()?;
+            let entry = &mut tape[container as usize];
+            entry.len += 1;
+            let object = entry.kind == Kind::Object;
+            match *bytes.get(at)? {
+                b',' => {
+                    at += 1;
+                    if object {
+                        at = key(bytes, at, tape)?;
+                    }
+                    continue 'value;
+                }
+                byte @ (b'}' | b']') if (byte == b'}') == object => {
+                    at += 1;
+                    entry.end = at as u32;
+                    entry.next = next;
+                    open.pop();
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// Reads a member name and its colon at `at`, returning where the value starts.
+fn key(bytes: &[u8], at: usize, tape: &mut Vec<Entry>) -> Option<usize> {
+    if *bytes.get(at)? != b'"' {
+        return None;
+    }
+    let (end, escaped) = string(bytes, at + 1)?;
+    if escaped {
+        let quoted = std::str::from_utf8(&bytes[at..=end]).ok()?;
+        serde_json::from_str::<String>(quoted).ok()?;
+    }
+    let index = u32::try_from(tape.len()).ok()?;
+    tape.push(Entry {
+        kind: Kind::Key,
+        escaped,
+        start: at as u32 + 1,
+        end: end as u32,
+        len: 0,
+        next: index + 1,
+    });
+    (*bytes.get(end + 1)? == b':').then_some(end + 2)
+}
+
+/// Finds the closing quote of a string whose contents start at `at`, and
+/// whether the contents have escapes.
+fn string(bytes: &[u8], mut at: usize) -> Option<(usize, bool)> {
+    let mut escaped = false;
+    loop {
+        match *bytes.get(at)? {
+            b'"' => return Some((at, escaped)),
+            // An escape's second byte is never a quote that ends the
+            // string; a `\u` escape's hex digits are neither quote nor
+            // backslash.
+            b'\\' => {
+                escaped = true;
+                at += 2;
+            }
+            _ => at += 1,
+        }
+    }
+}
+
+impl Json for CanonicalText {
+    type Node<'a> = TextNode<'a>;
+    type PreparedKey = String;
+    type StringBuffer = StringDoc;
+
+    // A lookup scans the members, so one pass over them always beats
+    // several lookups.
+    const KEYS_PER_LOOKUP: usize = 1 << 16;
+    const ACYCLIC: bool = true;
+
+    fn prepare_key(key: &str) -> String {
+        key.to_owned()
+    }
+
+    fn with_string_node<T>(
+        buffer: &mut StringDoc,
+        string: &str,
+        f: impl FnOnce(TextNode<'_>) -> T,
+    ) -> T {
+        // The tape reads the string verbatim (not as escaped JSON): its
+        // entry is marked unescaped and spans the whole text.
+        let mut tape = std::mem::take(&mut buffer.tape);
+        tape.clear();
+        tape.push(Entry {
+            kind: Kind::String,
+            escaped: false,
+            start: 0,
+            end: u32::try_from(string.len()).expect("a property name fits the payload limit"),
+            len: 0,
+            next: 1,
+        });
+        let doc = Doc { text: string, tape };
+        let result = f(doc.root());
+        buffer.tape = doc.tape;
+        result
+    }
+}
+
+/// The buffer behind string nodes built for property names.
+#[derive(Default)]
+pub(crate) struct StringDoc {
+    tape: Vec<Entry>,
+}
+
+/// A value in a tape.
+#[derive(Clone, Copy)]
+pub(crate) struct TextNode<'a> {
+    doc: &'a Doc<'a>,
+    at: u32,
+}
+
+impl<'a> TextNode<'a> {
+    fn entry(&self) -> &'a Entry {
+        self.doc.entry(self.at)
+    }
+
+    /// JSON equality with `expected`, numbers compared mathematically, as
+    /// `jsonschema`'s `cmp::equal` does on the `Value` of this node.
+    fn equals(&self, expected: &Value) -> bool {
+        let entry = self.entry();
+        match (entry.kind, expected) {
+            (Kind::Null, Value::Null) => true,
+            (Kind::True, Value::Bool(expected)) => *expected,
+            (Kind::False, Value::Bool(expected)) => !*expected,
+            (Kind::Number, Value::Number(expected)) => {
+                cmp::equal_numbers(&self.doc.number(entry), expected)
+            }
+            (Kind::String, Value::String(expected)) => self.doc.string(entry) == expected.as_str(),
+            (Kind::Array, Value::Array(expected)) => {
+                entry.len as usize == expected.len()
+                    && TextArray(*self)
+                        .elements()
+                        .zip(expected)
+                        .all(|(element, expected)| element.equals(expected))
+            }
+            (Kind::Object, Value::Object(expected)) => {
+                // Names are unique on both sides, so equal counts and every
+                // member found equal mean equal objects.
+                entry.len as usize == expected.len()
+                    && TextObject(*self).members().all(|(name, value)| {
+                        expected
+                            .get(name.as_ref())
+                            .is_some_and(|expected| value.equals(expected))
+                    })
+            }
+            _ => false,
+        }
+    }
+}
+
+impl<'a> Node<'a, CanonicalText> for TextNode<'a> {
+    type Object = TextObject<'a>;
+    type Array = TextArray<'a>;
+    type Number = Number;
+
+    fn as_object(&self) -> Option<TextObject<'a>> {
+        (self.entry().kind == Kind::Object).then_some(TextObject(*self))
+    }
+
+    fn as_array(&self) -> Option<TextArray<'a>> {
+        (self.entry().kind == Kind::Array).then_some(TextArray(*self))
+    }
+
+    fn as_string(&self) -> Option<Cow<'a, str>> {
+        let entry = self.entry();
+        (entry.kind == Kind::String).then(|| self.doc.string(entry))
+    }
+
+    fn as_number(&self) -> Option<Number> {
+        let entry = self.entry();
+        (entry.kind == Kind::Number).then(|| self.doc.number(entry))
+    }
+
+    fn as_boolean(&self) -> Option<bool> {
+        match self.entry().kind {
+            Kind::True => Some(true),
+            Kind::False => Some(false),
+            _ => None,
+        }
+    }
+
+    fn is_null(&self) -> bool {
+        self.entry().kind == Kind::Null
+    }
+
+    fn is_number(&self) -> bool {
+        self.entry().kind == Kind::Number
+    }
+
+    fn json_type(&self) -> JsonType {
+        match self.entry().kind {
+            Kind::Null => JsonType::Null,
+            Kind::False | Kind::True => JsonType::Boolean,
+            Kind::Number => JsonType::Number,
+            Kind::String | Kind::Key => JsonType::String,
+            Kind::Array => JsonType::Array,
+            Kind::Object => JsonType::Object,
+        }
+    }
+
+    fn string_length(&self) -> Option<u64> {
+        self.as_string().map(|string| string.chars().count() as u64)
+    }
+
+    fn string_length_within(&self, min: u64, max: u64) -> Option<bool> {
+        let entry = self.entry();
+        if entry.kind != Kind::String {
+            return None;
+        }
+        if !entry.escaped {
+            // A code point takes one to four bytes, so the count lies in
+            // `ceil(bytes / 4)..=bytes`.
+            let bytes = u64::from(entry.end - entry.start);
+            let fewest = bytes.div_ceil(4);
+            if bytes < min || fewest > max {
+                return Some(false);
+            }
+            if min <= fewest && bytes <= max {
+                return Some(true);
+            }
+        }
+        self.string_length()
+            .map(|length| (min..=max).contains(&length))
+    }
+
+    fn equals_value(&self, expected: &Value) -> bool {
+        self.equals(expected)
+    }
+
+    fn to_value(&self) -> Cow<'a, Value> {
+        let entry = self.entry();
+        Cow::Owned(match entry.kind {
+            Kind::Null => Value::Null,
+            Kind::False => Value::Bool(false),
+            Kind::True => Value::Bool(true),
+            Kind::Number => Value::Number(self.doc.number(entry)),
+            Kind::String | Kind::Key => Value::String(self.doc.string(entry).into_owned()),
+            Kind::Array | Kind::Object => serde_json::from_str(self.doc.contents(entry))
+                .expect("the tape spans a well-formed value"),
+        })
+    }
+
+    fn identity(&self) -> Option<NodeIdentity> {
+        Some(NodeIdentity::tagged(
+            std::ptr::from_ref(self.doc) as usize,
+            self.at,
+        ))
+    }
+}
+
+/// An object node.
+pub(crate) struct TextObject<'a>(TextNode<'a>);
+
+impl<'a> Object<'a, CanonicalText> for TextObject<'a> {
+    type Node = TextNode<'a>;
+    type MemberName = Cow<'a, str>;
+    type MembersIter = Members<'a>;
+
+    fn len(&self) -> usize {
+        self.0.entry().len as usize
+    }
+
+    fn get(&self, key: &String) -> Option<TextNode<'a>> {
+        let doc = self.0.doc;
+        let mut members = self.members_raw();
+        members.find_map(|(name, value)| {
+            let matches = if name.escaped {
+                doc.string(name) == key.as_str()
+            } else {
+                doc.contents(name) == key
+            };
+            matches.then_some(value)
+        })
+    }
+
+    fn members(&self) -> Members<'a> {
+        Members(self.members_raw())
+    }
+}
+
+impl<'a> TextObject<'a> {
+    fn members_raw(&self) -> RawMembers<'a> {
+        RawMembers {
+            doc: self.0.doc,
+            at: self.0.at + 1,
+            left: self.0.entry().len,
+        }
+    }
+}
+
+/// An object's name entries and value nodes, in document order.
+struct RawMembers<'a> {
+    doc: &'a Doc<'a>,
+    at: u32,
+    left: u32,
+}
+
+impl<'a> Iterator for RawMembers<'a> {
+    type Item = (&'a Entry, TextNode<'a>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let name = self.doc.entry(self.at);
+        let value = TextNode {
+            doc: self.doc,
+            at: self.at + 1,
+        };
+        self.at = value.entry().next;
+        Some((name, value))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left as usize, Some(self.left as usize))
+    }
+}
+
+/// An object's members with their decoded names.
+pub(crate) struct Members<'a>(RawMembers<'a>);
+
+impl<'a> Iterator for Members<'a> {
+    type Item = (Cow<'a, str>, TextNode<'a>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let doc = self.0.doc;
+        self.0.next().map(|(name, value)| (doc.string(name), value))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.0.size_hint()
+    }
+}
+
+/// An array node.
+pub(crate) struct TextArray<'a>(TextNode<'a>);
+
+impl<'a> Array<'a, CanonicalText> for TextArray<'a> {
+    type Node = TextNode<'a>;
+    type ElementsIter = Elements<'a>;
+
+    fn len(&self) -> usize {
+        self.0.entry().len as usize
+    }
+
+    fn elements(&self) -> Elements<'a> {
+        Elements {
+            doc: self.0.doc,
+            at: self.0.at + 1,
+            left: self.0.entry().len,
+        }
+    }
+}
+
+/// An array's elements, in order.
+pub(crate) struct Elements<'a> {
+    doc: &'a Doc<'a>,
+    at: u32,
+    left: u32,
+}
+
+impl<'a> Iterator for Elements<'a> {
+    type Item = TextNode<'a>;
+
+    fn next(&mut self) -> Option<TextNode<'a>> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let element = TextNode {
+            doc: self.doc,
+            at: self.at,
+        };
+        self.at = element.entry().next;
+        Some(element)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left as usize, Some(self.left as usize))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use jsonschema::json::conformance;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn with_root<T>(text: &str, f: impl FnOnce(TextNode<'_>) -> T) -> T {
+        let mut tape = Vec::new();
+        build(text, &mut tape).expect("well-formed text");
+        let doc = Doc { text, tape };
+        f(doc.root())
+    }
+
+    #[test]
+    fn the_tape_keeps_the_validators_contract() {
+        let text = serde_json::to_string(&conformance::document()).expect("encodes");
+        with_root(&text, |root| {
+            conformance::assert_conformance::<CanonicalText>(&root);
+        });
+    }
+
+    #[test]
+    fn escaped_names_and_strings_are_decoded() {
+        let text = r#"{"\"a\n":"x\\y\u0001","b":"🦀é","c":[1.0,-0.0,18446744073709551616]}"#;
+        with_root(text, |root| {
+            let object = root.as_object().expect("object");
+            let names: Vec<String> = object
+                .members()
+                .map(|(name, _)| name.into_owned())
+                .collect();
+            assert_eq!(names, ["\"a\n", "b", "c"]);
+            let escaped = object
+                .get(&"\"a\n".to_owned())
+                .expect("found by its decoded name");
+            assert_eq!(escaped.as_string().as_deref(), Some("x\\y\u{1}"));
+            assert_eq!(escaped.string_length(), Some(4));
+            assert_eq!(escaped.string_length_within(4, 4), Some(true));
+            assert_eq!(escaped.string_length_within(5, 9), Some(false));
+            let plain = object.get(&"b".to_owned()).expect("found");
+            assert_eq!(plain.string_length(), Some(2));
+            assert_eq!(plain.string_length_within(2, 2), Some(true));
+            assert!(
+                object.get(&"\\\"a\\n".to_owned()).is_none(),
+                "raw text is no name"
+            );
+            let value = serde_json::from_str::<Value>(text).expect("json");
+            assert!(root.equals_value(&value));
+            assert_eq!(root.to_value().as_ref(), &value);
+        });
+    }
+
+    #[test]
+    fn string_nodes_hold_names_verbatim() {
+        let mut buffer = StringDoc::default();
+        for name in ["plain", "\"quoted\"", "back\\slash", "\n"] {
+            CanonicalText::with_string_node(&mut buffer, name, |node| {
+                assert_eq!(node.as_string().as_deref(), Some(name));
+                assert!(node.equals_value(&Value::String(name.to_owned())));
+                assert_eq!(node.to_value().as_ref(), &Value::String(name.to_owned()));
+            });
+        }
+    }
+
+    #[test]
+    fn text_that_is_not_one_value_has_no_tape() {
+        for text in [
+            "",
+            "{",
+            "[1,]",
+            "{\"a\"}",
+            "{\"a\":1,}",
+            "[1]x",
+            "nul",
+            "-",
+            "1.",
+            "\"a",
+            "{1:2}",
+            "[1 ]",
+            "[\"\\q\"]",
+            "{\"\\q\":1}",
+        ] {
+            assert!(build(text, &mut Vec::new()).is_none(), "{text:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_builds_a_tape_or_none_without_panicking(text in "[\\[\\]{}\",:0-9a-z\\\\.eE+-]{0,24}") {
+            let mut tape = Vec::new();
+            let built = build(&text, &mut tape).is_some();
+            // Whatever the scanner accepts, serde_json reads as one value,
+            // and the tape's root spans all of it.
+            if built {
+                let value: Value = serde_json::from_str(&text).expect("accepted text is JSON");
+                let doc = Doc { text: &text, tape };
+                prop_assert_eq!(doc.root().to_value().into_owned(), value);
+            }
+        }
+    }
+}
