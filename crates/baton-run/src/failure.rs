@@ -290,12 +290,13 @@ impl fmt::Display for Cause {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, try_from = "TerminationWire")]
 pub struct Termination {
-    status: Status,
+    // Fields in key order: canonical payloads then need no rearranging.
     cause: Cause,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    output: Option<Payload>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     failure: Option<Failure>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    output: Option<Payload>,
+    status: Status,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     unresolved_effects: Vec<EffectId>,
 }

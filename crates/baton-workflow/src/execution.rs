@@ -17,14 +17,15 @@ use crate::workflow::Inner;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct State {
+    // Fields in key order: the canonical state then needs no rearranging.
+    /// The children of the current stage, while it has any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    batch: Option<Batch>,
     /// The stage that runs next or is running.
     stage: usize,
     /// The current stage's input (for a loop: the body's latest value; past
     /// the last stage: the workflow's output).
     value: Payload,
-    /// The children of the current stage, while it has any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    batch: Option<Batch>,
 }
 
 /// The children of one stage: finished windows and the current one.
@@ -34,11 +35,11 @@ struct Batch {
     /// Outputs of the finished windows of a fork or map, in index order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     done: Vec<Payload>,
-    /// The current window's children, in index order.
-    slots: Vec<Slot>,
     /// The running loop iteration (from 1); zero for other stages.
     #[serde(default, skip_serializing_if = "is_zero")]
     iteration: u32,
+    /// The current window's children, in index order.
+    slots: Vec<Slot>,
 }
 
 fn is_zero(value: &u32) -> bool {
