@@ -144,14 +144,17 @@ pub(crate) fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
     if text.len() != N * 2 {
         return None;
     }
+    /// A lower-case hex digit's value.
+    fn nibble(digit: u8) -> Option<u8> {
+        match digit {
+            b'0'..=b'9' => Some(digit - b'0'),
+            b'a'..=b'f' => Some(digit - b'a' + 10),
+            _ => None,
+        }
+    }
     let mut out = [0u8; N];
     for (index, pair) in text.as_bytes().chunks_exact(2).enumerate() {
-        let high = (pair[0] as char).to_digit(16)?;
-        let low = (pair[1] as char).to_digit(16)?;
-        if pair[0].is_ascii_uppercase() || pair[1].is_ascii_uppercase() {
-            return None;
-        }
-        out[index] = (high * 16 + low) as u8;
+        out[index] = nibble(pair[0])? << 4 | nibble(pair[1])?;
     }
     Some(out)
 }
@@ -205,6 +208,27 @@ impl<'de> Deserialize<'de> for Digest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_reads_back_lower_case_digits_only() {
+        let bytes: [u8; 4] = [0x00, 0x9f, 0xa0, 0xff];
+        let text = hex(&bytes);
+        assert_eq!(text, "009fa0ff");
+        assert_eq!(unhex::<4>(&text), Some(bytes));
+        for bad in [
+            "009FA0FF",
+            "009fa0fg",
+            "009fa0f",
+            "009fa0fff",
+            "009f a0f",
+            "+09fa0ff",
+        ] {
+            assert_eq!(unhex::<4>(bad), None, "{bad}");
+        }
+        for byte in 0..=255u8 {
+            assert_eq!(unhex::<1>(&hex(&[byte])), Some([byte]));
+        }
+    }
 
     #[test]
     fn cached_hashers_match_derive_key() {

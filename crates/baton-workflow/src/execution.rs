@@ -59,7 +59,12 @@ struct Slot {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "status", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(
+    tag = "status",
+    rename_all = "snake_case",
+    deny_unknown_fields,
+    try_from = "SlotStatusWire"
+)]
 enum SlotStatus {
     /// Its start is declared; the result has not arrived.
     Starting,
@@ -70,6 +75,60 @@ enum SlotStatus {
     /// Its start was refused or it did not complete with a valid output;
     /// the failure is already classified for the stage.
     Failed { failure: Failure },
+}
+
+/// The JSON form of a [`SlotStatus`] read as one flat object: decoding an
+/// internally tagged enum directly buffers every field first, and states
+/// are decoded at every step. Accepts exactly what the tagged form does.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SlotStatusWire {
+    status: SlotPhase,
+    // A member is absent or holds a value (`null` is a present output, and
+    // no process or failure).
+    #[serde(default, deserialize_with = "present")]
+    process: Option<ProcessId>,
+    #[serde(default, deserialize_with = "present")]
+    output: Option<Payload>,
+    #[serde(default, deserialize_with = "present")]
+    failure: Option<Failure>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum SlotPhase {
+    Starting,
+    Running,
+    Completed,
+    Failed,
+}
+
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    deserializer: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(deserializer).map(Some)
+}
+
+impl TryFrom<SlotStatusWire> for SlotStatus {
+    type Error = String;
+
+    fn try_from(wire: SlotStatusWire) -> Result<SlotStatus, String> {
+        let fields = (wire.process, wire.output, wire.failure);
+        match (wire.status, fields) {
+            (SlotPhase::Starting, (None, None, None)) => Ok(SlotStatus::Starting),
+            (SlotPhase::Running, (Some(process), None, None)) => {
+                Ok(SlotStatus::Running { process })
+            }
+            (SlotPhase::Completed, (None, Some(output), None)) => {
+                Ok(SlotStatus::Completed { output })
+            }
+            (SlotPhase::Failed, (None, None, Some(failure))) => Ok(SlotStatus::Failed { failure }),
+            (SlotPhase::Starting, _) => Err("a starting slot has no other fields".into()),
+            (SlotPhase::Running, _) => Err("a running slot has exactly its process".into()),
+            (SlotPhase::Completed, _) => Err("a completed slot has exactly its output".into()),
+            (SlotPhase::Failed, _) => Err("a failed slot has exactly its failure".into()),
+        }
+    }
 }
 
 impl State {
@@ -716,5 +775,88 @@ impl Execution for Run {
 
     fn snapshot(&self) -> Result<ExecutionState, StepError> {
         ExecutionState::encode(&self.state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tagged form the flat reading replaces, decoded the direct way.
+    #[derive(Debug, PartialEq, Deserialize)]
+    #[serde(tag = "status", rename_all = "snake_case", deny_unknown_fields)]
+    enum Tagged {
+        Starting,
+        Running { process: ProcessId },
+        Completed { output: Payload },
+        Failed { failure: Failure },
+    }
+
+    impl From<Tagged> for SlotStatus {
+        fn from(tagged: Tagged) -> SlotStatus {
+            match tagged {
+                Tagged::Starting => SlotStatus::Starting,
+                Tagged::Running { process } => SlotStatus::Running { process },
+                Tagged::Completed { output } => SlotStatus::Completed { output },
+                Tagged::Failed { failure } => SlotStatus::Failed { failure },
+            }
+        }
+    }
+
+    #[test]
+    fn slot_statuses_decode_exactly_as_the_tagged_form() {
+        let process = r#""p_0123456789abcdef0123456789abcdef""#;
+        let failure = r#"{"code":"x.y","kind":"contract","message":"m"}"#;
+        let fields = [
+            String::new(),
+            format!(r#","process":{process}"#),
+            r#","output":null"#.to_owned(),
+            r#","output":{"a":[1,2]}"#.to_owned(),
+            format!(r#","failure":{failure}"#),
+            r#","failure":null"#.to_owned(),
+            r#","process":null"#.to_owned(),
+            r#","process":"nope""#.to_owned(),
+            r#","extra":1"#.to_owned(),
+            format!(r#","process":{process},"output":3"#),
+            r#","output":3,"output":4"#.to_owned(),
+        ];
+        let mut accepted = 0;
+        for status in ["starting", "running", "completed", "failed", "other"] {
+            for field in &fields {
+                for text in [
+                    format!(r#"{{"status":"{status}"{field}}}"#),
+                    format!(
+                        r#"{{{}"status":"{status}"}}"#,
+                        field.trim_start_matches(',').to_owned()
+                            + if field.is_empty() { "" } else { "," }
+                    ),
+                ] {
+                    let flat = serde_json::from_str::<SlotStatus>(&text).ok();
+                    let tagged = serde_json::from_str::<Tagged>(&text)
+                        .ok()
+                        .map(SlotStatus::from);
+                    if tagged == Some(SlotStatus::Starting) && !field.is_empty() {
+                        // serde lets a tagged unit variant ignore unknown
+                        // fields despite `deny_unknown_fields`; the flat
+                        // reading refuses them, as every other shape does.
+                        assert_eq!(flat, None, "{text}");
+                        continue;
+                    }
+                    assert_eq!(flat, tagged, "{text}");
+                    accepted += usize::from(flat.is_some());
+                }
+            }
+        }
+        // starting (alone), running (its process), completed (a null or an
+        // object output), failed (its failure): five shapes, in both orders.
+        assert_eq!(
+            accepted,
+            2 * 5,
+            "each status accepts its own fields, in either order"
+        );
+        let missing = serde_json::from_str::<SlotStatus>(
+            r#"{"process":"p_0123456789abcdef0123456789abcdef"}"#,
+        );
+        assert!(missing.is_err(), "the status is required");
     }
 }
