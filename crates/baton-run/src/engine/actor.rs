@@ -95,7 +95,7 @@ struct DispatchJob {
 /// Commits in a row a round may hold children waits back while other
 /// processes keep progressing (each commit takes up to
 /// `max_steps_per_commit` steps).
-const HELD_COMMITS: u32 = 8;
+const HELD_COMMITS: u32 = 4;
 
 /// Something to do once the staged records are durable.
 enum After {

@@ -40,7 +40,8 @@ pub struct EngineConfig {
     pub clock: Arc<dyn Clock>,
     /// Lease time-to-live for tree writers.
     pub lease_ttl: Duration,
-    /// The most steps a tree takes before committing (group commit bound).
+    /// The most steps a tree takes before committing (group commit bound;
+    /// 256 by default, so a round of a hundred quick children commits once).
     pub max_steps_per_commit: usize,
     /// Write a snapshot after this many records.
     pub snapshot_every: u64,
@@ -85,7 +86,7 @@ impl EngineConfig {
             programs: Vec::new(),
             clock: Arc::new(SystemClock),
             lease_ttl: Duration::from_secs(30),
-            max_steps_per_commit: 64,
+            max_steps_per_commit: 256,
             snapshot_every: 512,
             event_capacity: 4096,
             limits: TreeLimits::default(),
