@@ -97,6 +97,34 @@ struct DispatchJob {
 /// `max_steps_per_commit` steps).
 const HELD_COMMITS: u32 = 4;
 
+thread_local! {
+    /// A finished tree's staged-record buffer, for the next tree this
+    /// thread starts: records are large, and a fresh buffer regrows (moving
+    /// them) several times in a tree's first round.
+    static SPARE_STAGED: std::cell::Cell<Vec<RecordBody>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// The largest staged-record buffer kept for reuse (in records).
+const SPARE_STAGED_MAX: usize = 256;
+
+fn spare_staged() -> Vec<RecordBody> {
+    SPARE_STAGED.with(std::cell::Cell::take)
+}
+
+fn keep_staged(mut staged: Vec<RecordBody>) {
+    staged.clear();
+    if staged.capacity() <= SPARE_STAGED_MAX {
+        SPARE_STAGED.with(|spare| {
+            let current = spare.take();
+            spare.set(if current.capacity() >= staged.capacity() {
+                current
+            } else {
+                staged
+            });
+        });
+    }
+}
+
 /// Something to do once the staged records are durable.
 enum After {
     Dispatch(DispatchJob),
@@ -736,7 +764,7 @@ impl Actor {
             snapshots: owner.snapshots,
             renew: owner.renew,
             released: false,
-            staged: Vec::new(),
+            staged: spare_staged(),
             after: Vec::new(),
             in_flight: BTreeMap::new(),
             live,
@@ -2253,6 +2281,7 @@ impl Actor {
         }
         self.outcome.modify(|o| o.finished = true);
         self.close_door();
+        keep_staged(std::mem::take(&mut self.staged));
     }
 
     fn close_door(&self) {
