@@ -124,8 +124,7 @@ impl TurnMemo {
             return;
         }
         let same = |entry: &Entry| {
-            entry.len() == tasks.len()
-                && entry.iter().zip(&tasks).all(|(a, b)| Arc::ptr_eq(a, b))
+            entry.len() == tasks.len() && entry.iter().zip(&tasks).all(|(a, b)| Arc::ptr_eq(a, b))
         };
         if recent.first().is_some_and(same) {
             return;

@@ -52,8 +52,14 @@ fn check(policy: &Policy, turn: &Payload) -> Result<(), TestCaseError> {
                     "{turn}: expected a decision, got {stepped:?}"
                 )));
             };
-            let decision = Decision::new(Mode::Wait, Payload::encode(&expected.number).unwrap());
-            prop_assert_eq!(output, Payload::encode(&decision).unwrap());
+            let decision = Decision::new(
+                Mode::Wait,
+                Payload::encode(&expected.number).expect("test data is valid"),
+            );
+            prop_assert_eq!(
+                output,
+                Payload::encode(&decision).expect("test data is valid")
+            );
             let seen = SEEN.with(|seen| seen.borrow_mut().take());
             prop_assert_eq!(seen.as_ref(), Some(&expected), "{}", turn);
         }
@@ -80,7 +86,7 @@ fn workers() -> Vec<Descriptor> {
             Schema::of::<u64>(),
             Schema::of::<u64>(),
         )
-        .unwrap(),
+        .expect("test data is valid"),
     ]
 }
 
@@ -125,12 +131,14 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 fn root(team: &str) -> ProcessId {
-    ProcessId::root(&StartId::new("acme", team).unwrap())
+    ProcessId::root(&StartId::new("acme", team).expect("test data is valid"))
 }
 
 fn outcome(completes: bool, index: usize) -> Termination {
     if completes {
-        Termination::completed(Payload::encode(&json!({ "sum": index })).unwrap())
+        Termination::completed(
+            Payload::encode(&json!({ "sum": index })).expect("test data is valid"),
+        )
     } else {
         Termination::failed(Failure::execution(
             "test.failed",
@@ -154,7 +162,7 @@ fn history(team: &str, steps: &[Step]) -> Vec<Turn> {
         }
         let mut controls = Vec::new();
         for control in 0..step.controls {
-            let key = ChildKey::new(format!("{team}-{control}")).unwrap();
+            let key = ChildKey::new(format!("{team}-{control}")).expect("test data is valid");
             let result = if control % 2 == 0 {
                 Settlement::Succeeded {
                     output: Payload::null(),
@@ -173,17 +181,18 @@ fn history(team: &str, steps: &[Step]) -> Vec<Turn> {
         }
         turns.push(Turn {
             number: number as u64 + 1,
-            state: Payload::encode(&json!({ "team": team, "seen": step.state })).unwrap(),
+            state: Payload::encode(&json!({ "team": team, "seen": step.state }))
+                .expect("test data is valid"),
             workers: workers(),
             tasks: tasks.clone(),
             controls,
         });
         for (fate, input) in &step.requests {
-            let key = ChildKey::new(format!("{team}-{}", tasks.len())).unwrap();
+            let key = ChildKey::new(format!("{team}-{}", tasks.len())).expect("test data is valid");
             let mut task = Task::pending(TaskRequest::new(
                 key.clone(),
-                Name::new("test.double").unwrap(),
-                Payload::encode(&json!([input, "x\u{e9}\n"])).unwrap(),
+                Name::new("test.double").expect("test data is valid"),
+                Payload::encode(&json!([input, "x\u{e9}\n"])).expect("test data is valid"),
             ));
             match fate {
                 Fate::Refused => {
@@ -218,11 +227,11 @@ fn corruption() -> impl Strategy<Value = Corruption> {
     let task = any::<usize>();
     prop_oneof![
         6 => Just(Corruption::None),
-        1 => (task.clone(), any::<bool>()).prop_map(|(task, top)| Corruption::UnknownField { task, top }),
-        1 => (task.clone(), 0..4u8).prop_map(|(task, member)| Corruption::NullMember { task, member }),
-        1 => (task.clone(), 0..3u8).prop_map(|(task, key)| Corruption::BadKey { task, key }),
-        1 => (task.clone(), 0..5u8).prop_map(|(task, member)| Corruption::Missing { task, member }),
-        1 => task.clone().prop_map(|task| Corruption::Inconsistent { task }),
+        1 => (task, any::<bool>()).prop_map(|(task, top)| Corruption::UnknownField { task, top }),
+        1 => (task, 0..4u8).prop_map(|(task, member)| Corruption::NullMember { task, member }),
+        1 => (task, 0..3u8).prop_map(|(task, key)| Corruption::BadKey { task, key }),
+        1 => (task, 0..5u8).prop_map(|(task, member)| Corruption::Missing { task, member }),
+        1 => task.prop_map(|task| Corruption::Inconsistent { task }),
         1 => task.prop_map(|task| Corruption::WrongType { task }),
     ]
 }
@@ -238,7 +247,7 @@ fn task_at(turn: &mut Value, index: usize) -> Option<&mut serde_json::Map<String
 }
 
 fn corrupt(turn: &Turn, corruption: &Corruption) -> Payload {
-    let mut value = serde_json::to_value(turn).unwrap();
+    let mut value = serde_json::to_value(turn).expect("test data is valid");
     match *corruption {
         Corruption::None => {}
         Corruption::UnknownField { task, top } => match task_at(&mut value, task) {
@@ -265,12 +274,21 @@ fn corrupt(turn: &Turn, corruption: &Corruption) -> Payload {
         }
         Corruption::Missing { task, member } => {
             if member == 4 {
-                value.as_object_mut().unwrap().remove("workers");
+                value
+                    .as_object_mut()
+                    .expect("test data is valid")
+                    .remove("workers");
             } else if let Some(task) = task_at(&mut value, task) {
                 match member {
                     0 => task.remove("request"),
-                    1 => task["request"].as_object_mut().unwrap().remove("worker"),
-                    2 => task["request"].as_object_mut().unwrap().remove("input"),
+                    1 => task["request"]
+                        .as_object_mut()
+                        .expect("test data is valid")
+                        .remove("worker"),
+                    2 => task["request"]
+                        .as_object_mut()
+                        .expect("test data is valid")
+                        .remove("input"),
                     _ => task.remove("process"),
                 };
             }
@@ -292,7 +310,7 @@ fn corrupt(turn: &Turn, corruption: &Corruption) -> Payload {
             }
         }
     }
-    Payload::from_value(&value).unwrap()
+    Payload::from_value(&value).expect("test data is valid")
 }
 
 proptest! {
@@ -358,8 +376,8 @@ fn concurrent_teams_see_the_full_decode() {
                 let turns = history(&team, &steps);
                 barrier.wait();
                 for turn in &turns {
-                    let payload = Payload::encode(turn).unwrap();
-                    check(&policy, &payload).unwrap();
+                    let payload = Payload::encode(turn).expect("test data is valid");
+                    check(&policy, &payload).expect("test data is valid");
                 }
             })
         })
