@@ -37,6 +37,7 @@ mod memo;
 mod policy;
 mod state;
 mod team;
+mod turn_memo;
 mod view;
 mod wire;
 

@@ -9,6 +9,7 @@ use baton_run::{
 };
 use serde::Serialize;
 
+use crate::turn_memo::TurnMemo;
 use crate::{ConfigError, Decision, Turn};
 
 /// The decision function of a [`Policy`]: pure and deterministic. A
@@ -44,6 +45,10 @@ impl std::fmt::Debug for PolicyConfig {
 /// benchmarks, and rule-based policies (sequential, round-robin, routing)
 /// in applications. Its state is the turn it was given, so snapshotting it
 /// costs nothing.
+///
+/// Clones share one memo of the tasks of recently decoded turns, so a
+/// turn decodes only the tasks that changed since a recent turn; what a
+/// step decides never depends on the memo.
 #[derive(Clone)]
 pub struct Policy {
     inner: Arc<PolicyInner>,
@@ -53,6 +58,8 @@ struct PolicyInner {
     descriptor: Descriptor,
     decide: Decide,
     configuration: Digest,
+    /// The tasks of recently decoded turns, shared by every run.
+    turns: TurnMemo,
 }
 
 impl std::fmt::Debug for Policy {
@@ -95,6 +102,7 @@ impl Policy {
                 descriptor,
                 decide: config.decide,
                 configuration,
+                turns: TurnMemo::default(),
             }),
         })
     }
@@ -114,7 +122,7 @@ impl Policy {
 }
 
 struct PolicyRun {
-    decide: Decide,
+    policy: Arc<PolicyInner>,
     /// The turn, kept as its canonical payload: decoded only by the step.
     turn: Payload,
 }
@@ -126,14 +134,14 @@ impl Definition for Policy {
 
     fn start(&self, input: &Payload) -> Result<Box<dyn Execution>, StepError> {
         Ok(Box::new(PolicyRun {
-            decide: self.inner.decide.clone(),
+            policy: self.inner.clone(),
             turn: input.clone(),
         }))
     }
 
     fn restore(&self, state: &ExecutionState) -> Result<Box<dyn Execution>, StepError> {
         Ok(Box::new(PolicyRun {
-            decide: self.inner.decide.clone(),
+            policy: self.inner.clone(),
             turn: state.0.clone(),
         }))
     }
@@ -148,14 +156,14 @@ impl Execution for PolicyRun {
                 format!("a policy coordinator takes no signals, got {}", signal.id),
             ));
         }
-        let turn: Turn = self.turn.decode().map_err(|error| {
+        let turn = self.policy.turns.decode(&self.turn).map_err(|error| {
             StepError::classified(
                 baton_run::FailureKind::Contract,
                 "execution.input.invalid",
                 error.to_string(),
             )
         })?;
-        let decision = (self.decide)(&turn).map_err(StepError)?;
+        let decision = (self.policy.decide)(&turn).map_err(StepError)?;
         Ok(Transition::Complete {
             consumed: 0,
             output: Payload::encode(&decision)?,
