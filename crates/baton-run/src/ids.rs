@@ -149,9 +149,9 @@ macro_rules! text_id {
 
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                let text = std::borrow::Cow::<str>::deserialize(deserializer)?;
-                $stored($what, &text).map_err(serde::de::Error::custom)?;
-                Ok(Self(text.into()))
+                crate::digest::read_str(deserializer, |text| {
+                    $stored($what, text).map(|()| Self(text.into()))
+                })
             }
         }
 
@@ -299,8 +299,7 @@ macro_rules! derived_id {
 
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                let text = std::borrow::Cow::<str>::deserialize(deserializer)?;
-                text.parse().map_err(serde::de::Error::custom)
+                crate::digest::read_str(deserializer, str::parse)
             }
         }
 

@@ -461,12 +461,30 @@ impl<'de> Visitor<'de> for PayloadVisitor {
 
     /// serde_json's answer: one entry, the token and the raw text.
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Payload, A::Error> {
-        let key: Option<std::borrow::Cow<'de, str>> = map.next_key()?;
-        if key.as_deref() != Some(RAW_VALUE_TOKEN) {
+        // Key and text are read as they come, neither copied first.
+        struct Token;
+        impl<'de> DeserializeSeed<'de> for Token {
+            type Value = bool;
+            fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+                crate::digest::read_str(deserializer, |key| {
+                    Ok::<_, std::convert::Infallible>(key == RAW_VALUE_TOKEN)
+                })
+            }
+        }
+        struct Text;
+        impl<'de> DeserializeSeed<'de> for Text {
+            type Value = Payload;
+            fn deserialize<D: Deserializer<'de>>(
+                self,
+                deserializer: D,
+            ) -> Result<Payload, D::Error> {
+                crate::digest::read_str(deserializer, Payload::parse_str)
+            }
+        }
+        if map.next_key_seed(Token)? != Some(true) {
             return Err(serde::de::Error::custom("expected serde_json's raw value"));
         }
-        let raw: std::borrow::Cow<'de, str> = map.next_value()?;
-        Payload::parse_str(&raw).map_err(serde::de::Error::custom)
+        map.next_value_seed(Text)
     }
 }
 
