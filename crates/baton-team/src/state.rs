@@ -144,6 +144,13 @@ pub(crate) enum Fact {
     Drained(Termination),
 }
 
+/// The canonical JSON of `value`.
+fn encoded<T: Serialize>(value: &T) -> Result<String, String> {
+    Payload::encode(value)
+        .map(|payload| payload.as_str().to_owned())
+        .map_err(|error| error.to_string())
+}
+
 /// A writer's refusal, which canonical parts in key order never meet.
 fn refused(error: WriteError) -> String {
     format!("cannot write the canonical JSON: {error}")
@@ -480,16 +487,33 @@ impl Record {
                 task.key()
             ));
         }
-        let mut changed = task.clone();
+        // The task gains its members in the reverse of their key order
+        // (`request`, then `process` or `rejection`, then `outcome`), so the
+        // new member comes first: its canonical text is the member, then
+        // the members the task had. The new text is checked by the
+        // canonical scanner (one task, once per fact).
+        let (name, value) = match &fact {
+            Fact::Started(process) => ("process", format!("\"{process}\"")),
+            Fact::Refused(failure) => ("rejection", encoded(failure)?),
+            Fact::Drained(termination) => ("outcome", encoded(termination)?),
+        };
+        let old = entry.text.as_str();
+        let members = old
+            .strip_prefix('{')
+            .expect("a task's text is a JSON object with its request");
+        let mut text = String::with_capacity(name.len() + value.len() + old.len() + 4);
+        text.push_str("{\"");
+        text.push_str(name);
+        text.push_str("\":");
+        text.push_str(&value);
+        text.push(',');
+        text.push_str(members);
+        entry.text = Payload::parse_str(&text).map_err(|error| error.to_string())?;
         match fact {
-            Fact::Started(process) => changed.process = Some(process),
-            Fact::Refused(failure) => changed.rejection = Some(failure),
-            Fact::Drained(termination) => changed.outcome = Some(termination),
+            Fact::Started(process) => task.process = Some(process),
+            Fact::Refused(failure) => task.rejection = Some(failure),
+            Fact::Drained(termination) => task.outcome = Some(termination),
         }
-        // The task's payloads are copied as they are: the encoding writes
-        // the new member and the task's other few fields.
-        entry.text = Payload::encode(&changed).map_err(|error| error.to_string())?;
-        *task = changed;
         Ok(())
     }
 
