@@ -10,6 +10,10 @@ use serde_json::Value;
 
 use crate::digest::{Digest, Purpose};
 
+mod writer;
+
+pub use writer::{PayloadWriter, WriteError};
+
 /// An immutable JSON value held in its canonical encoding: object keys
 /// sorted, no insignificant whitespace, numbers in serde_json's shortest
 /// round-trip form, duplicate keys rejected.
@@ -24,6 +28,9 @@ struct Inner {
     /// so it is never parsed again to be kept.
     text: Box<str>,
     digest: OnceLock<Digest>,
+    /// How deeply arrays and objects nest in the text (0 for a scalar):
+    /// known where the text was checked or written, else found on demand.
+    depth: OnceLock<usize>,
 }
 
 /// Why a payload could not be built or decoded.
@@ -62,12 +69,20 @@ pub enum PayloadError {
         /// What serde reported.
         message: String,
     },
+    /// A [`PayloadWriter`] was finished before it held one whole value.
+    #[error("cannot finish payload: {0}")]
+    Unfinished(WriteError),
 }
 
 impl Payload {
     /// Largest canonical payload accepted anywhere: 8 MiB. Engines may set a
     /// smaller per-tree limit.
     pub const MAX_BYTES: usize = 8 * 1024 * 1024;
+
+    /// Deepest nesting of arrays and objects that serde_json reads back
+    /// (its recursion limit): parsing refuses deeper text, and a
+    /// [`PayloadWriter`] refuses to write it.
+    pub const MAX_DEPTH: usize = 127;
 
     /// Parses JSON text into its canonical form.
     pub fn parse(text: &[u8]) -> Result<Payload, PayloadError> {
@@ -77,8 +92,10 @@ impl Payload {
                 limit: Self::MAX_BYTES,
             });
         }
-        if let Some(text) = canonical_text(text) {
-            return Self::from_canonical(text.into());
+        if let Some((text, depth)) = canonical_text(text) {
+            let payload = Self::from_canonical(text.into())?;
+            payload.0.depth.get_or_init(|| depth);
+            return Ok(payload);
         }
         let mut deserializer = serde_json::Deserializer::from_slice(text);
         let canonical = StrictText::read(&mut deserializer).map_err(classify_parse_error)?;
@@ -119,6 +136,7 @@ impl Payload {
         Ok(Payload(Arc::new(Inner {
             text,
             digest: OnceLock::new(),
+            depth: OnceLock::new(),
         })))
     }
 
@@ -185,6 +203,40 @@ impl Payload {
             .digest
             .get_or_init(|| Digest::of(Purpose::Payload, self.as_bytes()))
     }
+
+    /// How deeply arrays and objects nest (0 for a scalar); found once, by
+    /// one pass over the text, unless known where the payload was made.
+    fn depth(&self) -> usize {
+        *self.0.depth.get_or_init(|| nesting(self.as_bytes()))
+    }
+}
+
+/// The nesting depth of canonical JSON text: brackets outside strings.
+fn nesting(text: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &byte in text {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 fn classify_parse_error(error: serde_json::Error) -> PayloadError {
@@ -209,19 +261,26 @@ const DUPLICATE_PREFIX: &str = "duplicate object key ";
 /// states read back, and texts assembled from canonical pieces, are).
 /// `None` sends the text down the general path, which also classifies
 /// every error: this check only ever says "certainly canonical".
-fn canonical_text(text: &[u8]) -> Option<&str> {
+/// With the text, its nesting depth.
+fn canonical_text(text: &[u8]) -> Option<(&str, usize)> {
     let text = std::str::from_utf8(text).ok()?;
-    is_canonical(text).then_some(text)
+    canonical_depth(text).map(|depth| (text, depth))
 }
 
 /// Whether `text` is certainly canonical JSON (see [`Canonical`]); `false`
 /// also for canonical texts the scanner leaves to the general path.
 pub(crate) fn is_canonical(text: &str) -> bool {
+    canonical_depth(text).is_some()
+}
+
+/// The nesting depth of `text` when it is certainly canonical JSON.
+fn canonical_depth(text: &str) -> Option<usize> {
     let mut scanner = Canonical {
         bytes: text.as_bytes(),
         at: 0,
+        deepest: 0,
     };
-    scanner.value(0).is_some() && scanner.at == text.len()
+    (scanner.value(0).is_some() && scanner.at == text.len()).then_some(scanner.deepest)
 }
 
 /// A scanner that accepts only canonical JSON: no whitespace, object keys
@@ -232,6 +291,8 @@ pub(crate) fn is_canonical(text: &str) -> bool {
 struct Canonical<'a> {
     bytes: &'a [u8],
     at: usize,
+    /// The deepest nesting met so far.
+    deepest: usize,
 }
 
 impl<'a> Canonical<'a> {
@@ -270,6 +331,7 @@ impl<'a> Canonical<'a> {
         if depth > Self::MAX_DEPTH {
             return None;
         }
+        self.deepest = self.deepest.max(depth);
         self.eat(b'{')?;
         if self.eat(b'}').is_some() {
             return Some(());
@@ -294,6 +356,7 @@ impl<'a> Canonical<'a> {
         if depth > Self::MAX_DEPTH {
             return None;
         }
+        self.deepest = self.deepest.max(depth);
         self.eat(b'[')?;
         if self.eat(b']').is_some() {
             return Some(());

@@ -20,9 +20,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use baton_run::{Payload, ProcessId};
 
-/// What restore read of one task, as spans of the state's text.
+/// What restore read of one task: its payload, and spans of the state's
+/// text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Seen {
+    /// The task's canonical JSON, made once and shared by every record
+    /// restored with the task unchanged.
+    pub payload: Payload,
     /// The task's JSON.
     pub span: Range<usize>,
     /// Its request's key.

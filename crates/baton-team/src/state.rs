@@ -7,9 +7,11 @@
 //! waiting (a decided `wait` turn with every result in). Restore rejects
 //! every combination of facts no run can produce.
 //!
-//! Every task is kept with its canonical JSON, which snapshots and turns
-//! copy as it is: a span of the restored state until a fact about the task
-//! is recorded, then its new encoding. Restore checks every task strictly,
+//! Every task is kept as a [`Payload`] of its canonical JSON, which
+//! snapshots and turns copy as it is (through a [`PayloadWriter`], which
+//! never scans it again): made once from its span of the restored state
+//! and handed on by the memo while the task is unchanged, then its new
+//! encoding once a fact about it is recorded. Restore checks every task strictly,
 //! but decodes in full only the tasks a step can change (those awaiting
 //! admission or running) and those of the applied decision (whose inputs it
 //! checks again); a settled task (refused, or drained with its outcome
@@ -20,7 +22,9 @@
 use std::collections::BTreeSet;
 use std::ops::Range;
 
-use baton_run::{ChildKey, Failure, Payload, ProcessId, Settlement, Termination};
+use baton_run::{
+    ChildKey, Failure, Payload, PayloadWriter, ProcessId, Settlement, Termination, WriteError,
+};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 
@@ -91,8 +95,8 @@ pub(crate) struct Record {
     pub completed: bool,
     /// The team's input, only before turn 1.
     pub initial: Option<Payload>,
-    /// The state this record was restored from: restored task texts and the
-    /// keys of settled tasks are spans of it.
+    /// The state this record was restored from: the keys and workers of
+    /// settled tasks are spans of it.
     source: Option<Payload>,
     /// The tasks, in request order.
     tasks: Vec<Entry>,
@@ -106,17 +110,11 @@ pub(crate) struct Record {
 /// One task: its canonical JSON and what steps need of it.
 #[derive(Clone, Debug)]
 struct Entry {
-    text: Text,
+    /// The task's canonical JSON: made from its span of the restored state
+    /// (the task did not change since), or written since (a new task, or a
+    /// fact about it was recorded).
+    text: Payload,
     body: Body,
-}
-
-/// Where a task's canonical JSON is.
-#[derive(Clone, Debug)]
-enum Text {
-    /// A span of the restored state (the task did not change since).
-    Restored(Range<usize>),
-    /// Written since: a new task, or a fact about it was recorded.
-    Written(Box<str>),
 }
 
 #[derive(Clone, Debug)]
@@ -151,6 +149,11 @@ fn encoded<T: Serialize>(value: &T) -> Result<String, String> {
     Payload::encode(value)
         .map(|payload| payload.as_str().to_owned())
         .map_err(|error| error.to_string())
+}
+
+/// A writer's refusal, which canonical parts in key order never meet.
+fn refused(error: WriteError) -> String {
+    format!("cannot write the canonical JSON: {error}")
 }
 
 /// What steps and checks need of one task, without its payloads.
@@ -244,39 +247,6 @@ fn span_in(outer: &str, inner: &str) -> Range<usize> {
         "text borrowed from the state lies within it"
     );
     start..start + inner.len()
-}
-
-/// Writes one JSON object from canonical pieces, field by field, in the
-/// order given (the callers give them in key order).
-pub(crate) struct ObjectWriter {
-    out: String,
-    empty: bool,
-}
-
-impl ObjectWriter {
-    pub fn with_capacity(capacity: usize) -> ObjectWriter {
-        let mut out = String::with_capacity(capacity + 2);
-        out.push('{');
-        ObjectWriter { out, empty: true }
-    }
-
-    /// Starts the field `name` (plain ASCII, written as is); the caller then
-    /// writes its canonical value to the returned text.
-    pub fn field(&mut self, name: &str) -> &mut String {
-        if !self.empty {
-            self.out.push(',');
-        }
-        self.empty = false;
-        self.out.push('"');
-        self.out.push_str(name);
-        self.out.push_str("\":");
-        &mut self.out
-    }
-
-    pub fn finish(mut self) -> String {
-        self.out.push('}');
-        self.out
-    }
 }
 
 /// The phase, derived from the facts.
@@ -494,7 +464,7 @@ impl Record {
         let text = Payload::encode(&task).map_err(|error| error.to_string())?;
         self.decoded.push(self.tasks.len());
         self.tasks.push(Entry {
-            text: Text::Written(text.as_str().into()),
+            text,
             body: Body::Decoded(Box::new(task)),
         });
         Ok(())
@@ -503,7 +473,6 @@ impl Record {
     /// Records a fact about task `index`: a start result of a task awaiting
     /// admission, or the outcome of a running one.
     pub fn record(&mut self, index: usize, fact: Fact) -> Result<(), String> {
-        let source = self.source.as_ref().map_or("", Payload::as_str);
         let entry = &mut self.tasks[index];
         let Body::Decoded(task) = &mut entry.body else {
             unreachable!("only tasks awaiting admission or running change, and they are decoded");
@@ -521,16 +490,14 @@ impl Record {
         // The task gains its members in the reverse of their key order
         // (`request`, then `process` or `rejection`, then `outcome`), so the
         // new member comes first: its canonical text is the member, then
-        // the members the task had.
+        // the members the task had. The new text is checked by the
+        // canonical scanner (one task, once per fact).
         let (name, value) = match &fact {
             Fact::Started(process) => ("process", format!("\"{process}\"")),
             Fact::Refused(failure) => ("rejection", encoded(failure)?),
             Fact::Drained(termination) => ("outcome", encoded(termination)?),
         };
-        let old = match &entry.text {
-            Text::Restored(span) => &source[span.clone()],
-            Text::Written(text) => text,
-        };
+        let old = entry.text.as_str();
         let members = old
             .strip_prefix('{')
             .expect("a task's text is a JSON object with its request");
@@ -541,7 +508,7 @@ impl Record {
         text.push_str(&value);
         text.push(',');
         text.push_str(members);
-        entry.text = Text::Written(text.into_boxed_str());
+        entry.text = Payload::parse_str(&text).map_err(|error| error.to_string())?;
         match fact {
             Fact::Started(process) => task.process = Some(process),
             Fact::Refused(failure) => task.rejection = Some(failure),
@@ -550,19 +517,22 @@ impl Record {
         Ok(())
     }
 
-    /// Writes the canonical JSON array of the tasks.
-    pub fn write_tasks(&self, out: &mut String) {
-        out.push('[');
-        for (index, entry) in self.tasks.iter().enumerate() {
-            if index > 0 {
-                out.push(',');
-            }
-            out.push_str(match &entry.text {
-                Text::Restored(span) => &self.source()[span.clone()],
-                Text::Written(text) => text,
-            });
+    /// Writes the canonical JSON array of the tasks, copying each task's
+    /// text as it is.
+    pub fn write_task_array(&self, out: &mut PayloadWriter) -> Result<(), String> {
+        out.begin_array().map_err(refused)?;
+        for entry in &self.tasks {
+            out.value(&entry.text).map_err(refused)?;
         }
-        out.push(']');
+        out.end_array().map_err(refused)
+    }
+
+    /// Writes the canonical JSON array of the tasks as text.
+    #[cfg(test)]
+    pub fn write_tasks(&self, out: &mut String) {
+        let mut writer = PayloadWriter::new();
+        self.write_task_array(&mut writer).expect("writes");
+        out.push_str(writer.finish().expect("finishes").as_str());
     }
 
     /// The length of the tasks' texts, to size the buffers they are
@@ -570,46 +540,52 @@ impl Record {
     pub fn tasks_len(&self) -> usize {
         self.tasks
             .iter()
-            .map(|entry| match &entry.text {
-                Text::Restored(span) => span.len() + 1,
-                Text::Written(text) => text.len() + 1,
-            })
+            .map(|entry| entry.text.len() + 1)
             .sum::<usize>()
             + 2
     }
 
-    /// The canonical JSON of the record.
+    /// The canonical JSON of the record, assembled from canonical parts in
+    /// key order ([`TurnRecord`] declares its fields in key order): the
+    /// tasks' texts are copied, never scanned again.
     pub fn encode(&self) -> Result<Payload, String> {
-        Payload::parse_str(&self.text()?).map_err(|error| error.to_string())
-    }
-
-    /// The record's JSON, canonical as written: fields in key order, every
-    /// part canonical ([`TurnRecord`] declares its fields in key order).
-    fn text(&self) -> Result<String, String> {
-        let mut out = ObjectWriter::with_capacity(
+        let mut out = PayloadWriter::with_capacity(
             self.tasks_len()
                 + self.initial.as_ref().map_or(0, Payload::len)
                 + self.turn.as_ref().map_or(0, |turn| turn.state.len())
                 + 256,
         );
+        out.begin_object().map_err(refused)?;
         if self.completed {
-            out.field("completed").push_str("true");
+            out.key("completed").map_err(refused)?;
+            out.bool(true).map_err(refused)?;
         }
         if !self.controls.is_empty() {
             let controls = Payload::encode(&self.controls).map_err(|error| error.to_string())?;
-            out.field("controls").push_str(controls.as_str());
+            out.key("controls").map_err(refused)?;
+            out.value(&controls).map_err(refused)?;
         }
         if let Some(initial) = &self.initial {
-            out.field("initial").push_str(initial.as_str());
+            out.key("initial").map_err(refused)?;
+            out.value(initial).map_err(refused)?;
         }
         if !self.tasks.is_empty() {
-            self.write_tasks(out.field("tasks"));
+            out.key("tasks").map_err(refused)?;
+            self.write_task_array(&mut out)?;
         }
         if let Some(turn) = &self.turn {
-            let turn = serde_json::to_string(turn).map_err(|error| error.to_string())?;
-            out.field("turn").push_str(&turn);
+            let turn = Payload::encode(turn).map_err(|error| error.to_string())?;
+            out.key("turn").map_err(refused)?;
+            out.value(&turn).map_err(refused)?;
         }
-        Ok(out.finish())
+        out.end_object().map_err(refused)?;
+        out.finish().map_err(|error| error.to_string())
+    }
+
+    /// The record's canonical JSON as text.
+    #[cfg(test)]
+    fn text(&self) -> Result<String, String> {
+        self.encode().map(|payload| payload.as_str().to_owned())
     }
 
     /// Decodes a recorded state strictly and checks it against the
@@ -727,11 +703,15 @@ impl Record {
         for span in rest {
             let (start, fragment) = (span.start, &text[span.clone()]);
             let view = TaskView::read(fragment)?;
+            // A value of canonical text is canonical: this scans the one
+            // task, once in its lifetime (the memo hands the payload on).
+            let payload = Payload::parse_str(fragment).map_err(|error| error.to_string())?;
             let at = |inner: &str| {
                 let span = span_in(fragment, inner);
                 start + span.start..start + span.end
             };
             seen.push(Seen {
+                payload,
                 span: start..start + fragment.len(),
                 key: at(view.request.key),
                 worker: at(view.request.worker),
@@ -756,7 +736,7 @@ impl Record {
                 }
             };
             tasks.push(Entry {
-                text: Text::Restored(task.span.clone()),
+                text: task.payload.clone(),
                 body,
             });
         }

@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use baton_run::{
     Boundary, ChildKey, ChildOutcome, Condition, Definition, Descriptor, Effect, Execution,
-    ExecutionState, Failure, FailureKind, Name, Payload, Program, Quota, SchemaViolation,
-    Settlement, Signal, SignalBody, Status, StepError, Termination, Transition,
+    ExecutionState, Failure, FailureKind, Name, Payload, PayloadWriter, Program, Quota,
+    SchemaViolation, Settlement, Signal, SignalBody, Status, StepError, Termination, Transition,
+    WriteError,
 };
 
 use crate::memo::Memo;
-use crate::state::{Decided, Fact, ObjectWriter, Phase, Receipt, Record, TurnRecord};
+use crate::state::{Decided, Fact, Phase, Receipt, Record, TurnRecord};
 use crate::wire::{ControlAction, Decision, Mode, Task};
 use crate::{
     Binding, COORDINATOR_UNRESOLVED, COUNTER_EXHAUSTED, Config, DECISION_INVALID, LIMIT_TURNS,
@@ -222,19 +223,9 @@ impl TeamRun {
         }
         let controls =
             Payload::encode(&self.record.controls).map_err(|error| encoding(error.to_string()))?;
-        // Fields in key order, every part canonical: the text is canonical
-        // as written, and each task's text is copied as it is.
-        let workers = self.shared.workers_json.as_str();
-        let mut text = ObjectWriter::with_capacity(
-            controls.len() + state.len() + self.record.tasks_len() + workers.len() + 64,
-        );
-        text.field("controls").push_str(controls.as_str());
-        text.field("number").push_str(&number.to_string());
-        text.field("state").push_str(state.as_str());
-        self.record.write_tasks(text.field("tasks"));
-        text.field("workers").push_str(workers);
-        let input =
-            Payload::parse_str(&text.finish()).map_err(|error| encoding(error.to_string()))?;
+        let input = self
+            .turn_input(&controls, number, &state)
+            .map_err(encoding)?;
         self.record.turn = Some(TurnRecord {
             number,
             state,
@@ -254,6 +245,35 @@ impl TeamRun {
             },
             self.turn_wait(number),
         ]))
+    }
+
+    /// The coordinator's input for turn `number`. Fields in key order, every
+    /// part canonical: the writer copies each part (each task's text
+    /// included) as it is, without scanning it.
+    fn turn_input(
+        &self,
+        controls: &Payload,
+        number: u64,
+        state: &Payload,
+    ) -> Result<Payload, String> {
+        let refused = |error: WriteError| error.to_string();
+        let workers = &self.shared.workers_json;
+        let mut text = PayloadWriter::with_capacity(
+            controls.len() + state.len() + self.record.tasks_len() + workers.len() + 64,
+        );
+        text.begin_object().map_err(refused)?;
+        text.key("controls").map_err(refused)?;
+        text.value(controls).map_err(refused)?;
+        text.key("number").map_err(refused)?;
+        text.u64(number).map_err(refused)?;
+        text.key("state").map_err(refused)?;
+        text.value(state).map_err(refused)?;
+        text.key("tasks").map_err(refused)?;
+        self.record.write_task_array(&mut text)?;
+        text.key("workers").map_err(refused)?;
+        text.value(workers).map_err(refused)?;
+        text.end_object().map_err(refused)?;
+        text.finish().map_err(|error| error.to_string())
     }
 
     /// The wait of a running turn: every running task, then the coordinator.
