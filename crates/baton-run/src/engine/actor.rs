@@ -571,7 +571,7 @@ impl Sleeper {
 
 /// Log bytes written since the last snapshot, per byte of that snapshot,
 /// before the next one is due.
-const SNAPSHOT_LOG_RATIO: u64 = 2;
+const SNAPSHOT_LOG_RATIO: u64 = 4;
 
 /// When the next snapshot is due.
 #[derive(Clone, Copy, Debug, Default)]
@@ -1997,10 +1997,10 @@ impl Actor {
         self.snapshots.records += bodies.len() as u64;
         self.snapshots.bytes += written;
         // Snapshot after `snapshot_every` records, but never write more
-        // snapshot bytes than half the log bytes since the last one: a large
-        // tree then snapshots less often, its snapshots cost at most half of
-        // what its log costs, and a recovery folds a tail of at most twice
-        // the snapshot's size.
+        // snapshot bytes than a quarter of the log bytes since the last one:
+        // a large tree then snapshots less often, its snapshots cost at most
+        // a quarter of what its log costs, and a recovery folds a tail of at
+        // most four times the snapshot's size.
         let snapshot_due = self.snapshots.records >= self.engine.snapshot_every
             && self.snapshots.bytes >= SNAPSHOT_LOG_RATIO * self.snapshots.last_size;
         // The commit that ends the tree gives up the lease with it, unless a

@@ -67,19 +67,24 @@ pub(crate) struct ProcessState {
     pub steps: u64,
     pub state: ExecutionState,
     /// Unconsumed signals, oldest first.
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
     pub mailbox: VecDeque<Signal>,
     /// Signals consumed so far.
     pub consumed: u64,
     /// Host signal ids admitted, with the digest of their content.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub receipts: BTreeMap<SignalId, Digest>,
     /// The current transition's effects, in declaration order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub batch: Vec<Slot>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<WaitId>,
     /// External waits open for an answer.
     /// Boxed: a B-tree node holds room for eleven entries.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub waits: BTreeMap<WaitId, Box<OpenWait>>,
     /// External waits already answered.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub answered: BTreeSet<WaitId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel: Option<CancelIntent>,
