@@ -10,7 +10,7 @@ use std::sync::Arc;
 use baton_run::log::RecordKind;
 use baton_run::{
     Capabilities, Cause, ChildSignal, FailureKind, MemoryStore, Name, Payload, Quota,
-    RecoverOptions, Scope, SignalId, SignalRequest, Status,
+    RecoverOptions, Scope, SignalId, SignalRequest, Status, WaitId,
 };
 use baton_team::{Binding, Control, Decision, Mode, TaskRequest, compile};
 use baton_testkit::{Cut, FaultStore};
@@ -19,6 +19,15 @@ use serde_json::{Value, json};
 
 fn task(key_text: &str, worker: &str, input: Value) -> TaskRequest {
     TaskRequest::new(key(key_text), name(worker), payload(input))
+}
+
+/// A signal answering `wait` with `value`.
+fn answer(id: &str, wait: WaitId, value: Value) -> SignalRequest {
+    SignalRequest {
+        id: SignalId::new(id).expect("valid"),
+        wait: Some(wait),
+        payload: payload(value),
+    }
 }
 
 fn state(turn: &baton_team::Turn) -> Payload {
@@ -251,11 +260,6 @@ async fn outcome_during_a_turn(crash: bool) {
         .start(&team, request("during", "go".to_owned()))
         .await
         .expect("starts");
-    let answer = |id: &str, wait, value: Value| SignalRequest {
-        id: SignalId::new(id).expect("valid"),
-        wait: Some(wait),
-        payload: payload(value),
-    };
     // Turn 1 decides at once; turn 2's coordinator pauses.
     let turn2 = handle.child::<Value>(&key("team.turn.2"));
     let pause = open_wait(&turn2).await;
@@ -600,11 +604,6 @@ async fn a_refused_start_under_wait_still_blocks_on_an_older_task() {
         .start(&team, request("refused-wait", "go".to_owned()))
         .await
         .expect("starts");
-    let answer = |id: &str, wait, value: Value| SignalRequest {
-        id: SignalId::new(id).expect("valid"),
-        wait: Some(wait),
-        payload: payload(value),
-    };
     let ask = handle.child::<Value>(&key("ask"));
     let question = open_wait(&ask).await;
     let turn2 = handle.child::<Value>(&key("team.turn.2"));

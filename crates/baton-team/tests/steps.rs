@@ -127,6 +127,21 @@ impl Definition for Plain {
 
 /// A team over state `u32` and output `String` with workers `w.num`
 /// (integer input) and `w.text` (string input).
+/// Turn 1 decides `continue` with task `a`, which starts.
+fn start_task_a(run: &mut dyn baton_run::Execution) {
+    let first = Decision::new(Mode::Continue, payload(json!(7))).with_task(request_of(
+        "a",
+        "w.num",
+        json!(1),
+    ));
+    run.step(&[
+        started("team.turn.1", false),
+        ready(vec![decided(1, &first)]),
+    ])
+    .expect("applies");
+    run.step(&[started("a", false)]).expect("started");
+}
+
 fn team() -> Program<u32, String> {
     compile::<u32, String>(Config {
         name: "test.team".into(),
@@ -656,17 +671,7 @@ fn a_wait_decision_declares_its_wait_with_its_starts() {
     let definition = team.definition();
     let mut run = definition.start(&payload(json!(7))).expect("starts");
     run.step(&[]).expect("turn 1 opens");
-    let first = Decision::new(Mode::Continue, payload(json!(7))).with_task(request_of(
-        "a",
-        "w.num",
-        json!(1),
-    ));
-    run.step(&[
-        started("team.turn.1", false),
-        ready(vec![decided(1, &first)]),
-    ])
-    .expect("applies");
-    run.step(&[started("a", false)]).expect("started");
+    start_task_a(run.as_mut());
     let second = Decision::new(Mode::Wait, payload(json!(7)))
         .with_task(request_of("c", "w.num", json!(2)))
         .with_control(Control::cancel(key("a"), "enough"));
@@ -721,17 +726,7 @@ fn a_refused_start_falls_back_to_the_wait_rule() {
         run.step(&[]).expect("turn 1 opens");
         let mut number = 1;
         if older {
-            let first = Decision::new(Mode::Continue, payload(json!(7))).with_task(request_of(
-                "a",
-                "w.num",
-                json!(1),
-            ));
-            run.step(&[
-                started("team.turn.1", false),
-                ready(vec![decided(1, &first)]),
-            ])
-            .expect("applies");
-            run.step(&[started("a", false)]).expect("started");
+            start_task_a(run.as_mut());
             number = 2;
         }
         let decision = Decision::new(Mode::Wait, payload(json!(7))).with_task(request_of(
