@@ -914,7 +914,13 @@ impl Actor {
     }
 
     fn stage(&mut self, body: RecordBody) {
-        if let Err(error) = self.state.apply(&body) {
+        self.stage_with(body, None);
+    }
+
+    /// Stages `body`, handing the fold the outcomes of the children wait it
+    /// settles when they are at hand (see `TreeState::apply_with`).
+    fn stage_with(&mut self, body: RecordBody, ready: Option<(EffectId, Vec<ChildOutcome>)>) {
+        if let Err(error) = self.state.apply_with(&body, ready) {
             // The engine only stages records that follow from its state; a
             // failure here is a defect, reported by stopping the tree.
             tracing::error!(tree = %self.tree, %error, "engine staged an inconsistent record");
@@ -1757,11 +1763,14 @@ impl Actor {
             return false;
         }
         let answer = Payload::encode(&ready).expect("child outcomes encode");
-        self.stage(RecordBody::EffectSettled {
-            process: id,
-            effect,
-            settlement: Settlement::ok(answer),
-        });
+        self.stage_with(
+            RecordBody::EffectSettled {
+                process: id,
+                effect,
+                settlement: Settlement::ok(answer),
+            },
+            Some((effect, ready)),
+        );
         true
     }
 

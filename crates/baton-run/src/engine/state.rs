@@ -18,7 +18,7 @@ use crate::ids::{ChildKey, EffectId, Name, ProcessId, SignalId, StartId, WaitId}
 use crate::log::{Delivery, RecordBody};
 use crate::payload::Payload;
 use crate::program::{
-    Effect, ExecutionState, ProgramRef, Settlement, Signal, SignalBody, Transition,
+    ChildOutcome, Effect, ExecutionState, ProgramRef, Settlement, Signal, SignalBody, Transition,
 };
 use crate::store::TreeStatus;
 
@@ -249,6 +249,12 @@ impl ProcessState {
     /// Settles local effects at the frontier and, once every effect is
     /// settled, delivers their results as signals in declaration order.
     fn advance(&mut self) {
+        self.advance_with(None);
+    }
+
+    /// [`ProcessState::advance`], with the decoded outcomes of a children
+    /// wait if the caller has them (see [`TreeState::apply_with`]).
+    fn advance_with(&mut self, mut ready: Option<(EffectId, Vec<ChildOutcome>)>) {
         for slot in &mut self.batch {
             match (&slot.phase, &slot.effect) {
                 (Phase::Settled(_), _) => continue,
@@ -330,7 +336,18 @@ impl ProcessState {
                     }
                 }
                 Effect::WaitChildren { .. } => match &settlement {
-                    Settlement::Succeeded { output, .. } => match output.decode() {
+                    Settlement::Succeeded { output, .. } => match ready
+                        .take_if(|(effect, _)| *effect == slot.id)
+                        .map(|(_, children)| {
+                            debug_assert_eq!(
+                                output.decode::<Vec<ChildOutcome>>().as_ref(),
+                                Ok(&children),
+                                "a settlement's payload encodes the outcomes given with it"
+                            );
+                            Ok(children)
+                        })
+                        .unwrap_or_else(|| output.decode())
+                    {
                         Ok(children) => SignalBody::ChildrenReady {
                             effect: slot.id,
                             children,
@@ -504,7 +521,20 @@ impl TreeState {
 
     /// Applies one record.
     pub fn apply(&mut self, body: &RecordBody) -> Result<(), ApplyError> {
-        self.apply_fact(body)?;
+        self.apply_with(body, None)
+    }
+
+    /// [`TreeState::apply`], given the children's outcomes of a children
+    /// wait that `body` settles, as the engine staging it built them: the
+    /// fold then takes them instead of decoding them back from the
+    /// settlement's payload, which holds exactly their encoding (debug
+    /// builds check that the two agree).
+    pub(crate) fn apply_with(
+        &mut self,
+        body: &RecordBody,
+        ready: Option<(EffectId, Vec<ChildOutcome>)>,
+    ) -> Result<(), ApplyError> {
+        self.apply_fact(body, ready)?;
         let ended = match body {
             RecordBody::Terminated { process, .. } => Some(process),
             RecordBody::StepAdopted {
@@ -522,7 +552,11 @@ impl TreeState {
         Ok(())
     }
 
-    fn apply_fact(&mut self, body: &RecordBody) -> Result<(), ApplyError> {
+    fn apply_fact(
+        &mut self,
+        body: &RecordBody,
+        ready: Option<(EffectId, Vec<ChildOutcome>)>,
+    ) -> Result<(), ApplyError> {
         match body {
             RecordBody::TreeStarted { .. } => inconsistent("tree_started may only begin a log"),
             RecordBody::StepAdopted {
@@ -624,7 +658,7 @@ impl TreeState {
                 if settlement.is_unknown() {
                     process.status = Status::Parked;
                 } else {
-                    process.advance();
+                    process.advance_with(ready);
                 }
                 Ok(())
             }
