@@ -22,34 +22,37 @@ pub(crate) const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
 /// Canonical JSON text of `value`, or an error when this serializer cannot
 /// vouch for the result (the caller then takes the general way).
 pub(crate) fn to_text<T: Serialize + ?Sized>(value: &T) -> Result<Box<str>, Error> {
-    // The text is written into a buffer kept per thread and copied once into
-    // an allocation of its exact size: a fresh buffer would regrow several
-    // times and then shrink. (A value whose serialization encodes another
-    // payload finds the buffer busy and takes a fresh one.)
-    thread_local! {
-        static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
-    let write = |out: &mut Vec<u8>| -> Result<Box<str>, Error> {
+    with_scratch(|out| {
         value.serialize(Canon { out: &mut *out })?;
         std::str::from_utf8(out)
             .map(Box::from)
             .map_err(|_| ser::Error::custom("non-UTF-8 output"))
-    };
-    BUFFER.with(|buffer| match buffer.try_borrow_mut() {
+    })
+}
+
+/// Runs `write` on an empty buffer kept per thread, for text that is then
+/// copied once into an allocation of its exact size: a fresh buffer would
+/// regrow (copying) several times for every payload or record. A nested
+/// call (a value whose serialization encodes another payload) finds the
+/// buffer busy and gets a fresh one.
+pub(crate) fn with_scratch<R>(write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    /// The largest buffer a thread keeps between uses.
+    const KEPT: usize = 1 << 20;
+    SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
         Ok(mut buffer) => {
             buffer.clear();
-            let text = write(&mut buffer);
-            if buffer.capacity() > BUFFER_KEPT {
+            let result = write(&mut buffer);
+            if buffer.capacity() > KEPT {
                 *buffer = Vec::new();
             }
-            text
+            result
         }
         Err(_) => write(&mut Vec::with_capacity(64)),
     })
 }
-
-/// The largest buffer a thread keeps for encoding between payloads.
-const BUFFER_KEPT: usize = 1 << 20;
 
 fn unsupported(what: &str) -> Error {
     ser::Error::custom(format_args!("{what} is left to the general encoder"))

@@ -273,32 +273,12 @@ pub struct Record {
     pub body: Arc<[u8]>,
 }
 
-/// The largest buffer a thread keeps for sealing records between seals.
-const SEAL_BUFFER_KEPT: usize = 1 << 20;
-
 impl Record {
     /// Seals a body as record `seq` after `prev`.
     pub fn seal(seq: u64, prev: Digest, body: &RecordBody) -> Record {
-        // Bodies are written into a buffer kept per thread, then copied once
-        // into the record's own allocation: a fresh buffer would regrow
-        // (and copy) several times for every record.
-        thread_local! {
-            static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-        }
-        let bytes: Arc<[u8]> = BUFFER.with(|buffer| match buffer.try_borrow_mut() {
-            Ok(mut buffer) => {
-                buffer.clear();
-                serde_json::to_writer(&mut *buffer, body).expect("record bodies always encode");
-                let bytes = Arc::from(buffer.as_slice());
-                // Do not keep a huge buffer for the thread's whole life.
-                if buffer.capacity() > SEAL_BUFFER_KEPT {
-                    *buffer = Vec::new();
-                }
-                bytes
-            }
-            Err(_) => serde_json::to_vec(body)
-                .expect("record bodies always encode")
-                .into(),
+        let bytes: Arc<[u8]> = crate::canonical::with_scratch(|buffer| {
+            serde_json::to_writer(&mut *buffer, body).expect("record bodies always encode");
+            Arc::from(buffer.as_slice())
         });
         Record::from_parts(seq, prev, body.kind(), bytes)
     }

@@ -2134,12 +2134,15 @@ impl Actor {
     }
 
     async fn snapshot(&mut self) -> Result<(), RuntimeError> {
-        let state = serde_json::to_vec(&self.state).expect("tree state always encodes");
+        let state: Arc<[u8]> = crate::canonical::with_scratch(|buffer| {
+            serde_json::to_writer(&mut *buffer, &self.state).expect("tree state always encodes");
+            Arc::from(buffer.as_slice())
+        });
         let size = state.len() as u64;
         let snapshot = crate::log::Snapshot {
             seq: self.head_seq,
             head: self.head,
-            state: state.into(),
+            state,
         };
         let outcome = self
             .engine
