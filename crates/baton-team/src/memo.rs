@@ -55,29 +55,63 @@ impl Restored {
     }
 }
 
+/// A few recent entries behind a lock, newest first: the storage of the
+/// team's caches (this one and the policy's turn memo). Entries are
+/// immutable once kept, so the lock is held only to copy the list or to
+/// add one, and a panic elsewhere while it was held cannot have left a
+/// half-written entry.
+#[derive(Debug)]
+pub(crate) struct Recent<T: ?Sized> {
+    kept: Mutex<VecDeque<Arc<T>>>,
+}
+
+impl<T: ?Sized> Default for Recent<T> {
+    fn default() -> Self {
+        Recent {
+            kept: Mutex::new(VecDeque::new()),
+        }
+    }
+}
+
+impl<T: ?Sized> Recent<T> {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Arc<T>>> {
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The kept entries, newest first.
+    pub fn entries(&self) -> Vec<Arc<T>> {
+        self.lock().iter().cloned().collect()
+    }
+
+    /// Keeps `entry` as the newest, dropping the oldest beyond `limit`.
+    pub fn keep(&self, entry: Arc<T>, limit: usize) {
+        let mut kept = self.lock();
+        kept.push_front(entry);
+        kept.truncate(limit);
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
 /// The most recently restored states of one team, newest first.
 #[derive(Debug, Default)]
 pub(crate) struct Memo {
-    recent: Mutex<VecDeque<Arc<Restored>>>,
+    recent: Recent<Restored>,
 }
 
 impl Memo {
     /// How many states are kept: enough for a few runs of the team at once.
     pub const ENTRIES: usize = 4;
 
-    /// Every entry is immutable once inserted, so a panic elsewhere while
-    /// the lock was held cannot have left a half-written one.
-    fn lock(&self) -> MutexGuard<'_, VecDeque<Arc<Restored>>> {
-        self.recent.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// The kept state sharing the longest prefix with `text` (the newest
     /// on a tie), and the length of that prefix; none when no kept state
     /// shares a byte with it.
     pub fn nearest(&self, text: &str) -> Option<(Arc<Restored>, usize)> {
-        let recent: Vec<Arc<Restored>> = self.lock().iter().cloned().collect();
         let mut best: Option<(Arc<Restored>, usize)> = None;
-        for entry in recent {
+        for entry in self.recent.entries() {
             let common = common_prefix(entry.source.as_bytes(), text.as_bytes());
             if common > best.as_ref().map_or(0, |(_, length)| *length) {
                 best = Some((entry, common));
@@ -93,15 +127,12 @@ impl Memo {
         if restored.tasks.is_empty() {
             return;
         }
-        let restored = Arc::new(restored);
-        let mut recent = self.lock();
-        recent.push_front(restored);
-        recent.truncate(Self::ENTRIES);
+        self.recent.keep(Arc::new(restored), Self::ENTRIES);
     }
 
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.recent.len()
     }
 }
 

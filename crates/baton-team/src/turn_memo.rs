@@ -20,13 +20,13 @@
 //! included), holds at most [`TurnMemo::ENTRIES`] turns, and its lock is
 //! held only to copy or insert an entry, never while parsing or comparing.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
 use baton_run::{Descriptor, Payload, PayloadError};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::memo::Recent;
 use crate::{ControlReceipt, Task, Turn};
 
 /// One decoded task and the exact text it was decoded from.
@@ -56,19 +56,13 @@ struct Pieces<'a> {
 /// The most recently decoded turns of one policy, newest first.
 #[derive(Debug, Default)]
 pub(crate) struct TurnMemo {
-    recent: Mutex<VecDeque<Entry>>,
+    recent: Recent<[Arc<Known>]>,
 }
 
 impl TurnMemo {
     /// How many turns are kept: enough for a few teams run by one policy at
     /// once.
     pub const ENTRIES: usize = 4;
-
-    /// Every entry is immutable once inserted, so a panic elsewhere while
-    /// the lock was held cannot have left a half-written one.
-    fn lock(&self) -> MutexGuard<'_, VecDeque<Entry>> {
-        self.recent.lock().unwrap_or_else(PoisonError::into_inner)
-    }
 
     /// Decodes `turn` exactly as `turn.decode::<Turn>()` does: the same
     /// turn, or the same error.
@@ -84,7 +78,7 @@ impl TurnMemo {
     /// it whole, which reports why).
     fn decode_text(&self, text: &str) -> Option<(Turn, usize)> {
         let pieces: Pieces<'_> = serde_json::from_str(text).ok()?;
-        let recent: Vec<Entry> = self.lock().iter().cloned().collect();
+        let recent = self.recent.entries();
         let mut reused = 0;
         let mut known = Vec::with_capacity(pieces.tasks.len());
         for (index, raw) in pieces.tasks.iter().enumerate() {
@@ -129,10 +123,7 @@ impl TurnMemo {
         if recent.first().is_some_and(same) {
             return;
         }
-        let entry: Entry = tasks.into();
-        let mut kept = self.lock();
-        kept.push_front(entry);
-        kept.truncate(Self::ENTRIES);
+        self.recent.keep(tasks.into(), Self::ENTRIES);
     }
 }
 
@@ -242,8 +233,8 @@ mod tests {
         for number in 1..=3 * TurnMemo::ENTRIES as u64 {
             check(&memo, &turn(number, number as usize, 0));
             check(&memo, &turn(number, number as usize, 0));
-            assert!(memo.lock().len() <= TurnMemo::ENTRIES);
+            assert!(memo.recent.len() <= TurnMemo::ENTRIES);
         }
-        assert_eq!(memo.lock().len(), TurnMemo::ENTRIES);
+        assert_eq!(memo.recent.len(), TurnMemo::ENTRIES);
     }
 }
