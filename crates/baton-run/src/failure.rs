@@ -307,16 +307,12 @@ struct TerminationWire {
     status: Status,
     cause: Cause,
     // An explicit JSON `null` output is a present output.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "crate::payload::deserialize_present")]
     output: Option<Payload>,
     #[serde(default)]
     failure: Option<Failure>,
     #[serde(default)]
     unresolved_effects: Vec<EffectId>,
-}
-
-fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Payload>, D::Error> {
-    Payload::deserialize(deserializer).map(Some)
 }
 
 impl TryFrom<TerminationWire> for Termination {

@@ -51,7 +51,7 @@ pub use ids::{
     ChildKey, EffectId, IdError, Name, ProcessId, Scope, SignalId, StartId, StartKey, TreeId,
     WaitId,
 };
-pub use payload::{Payload, PayloadError, PayloadWriter, WriteError};
+pub use payload::{Payload, PayloadError, PayloadWriter, WriteError, deserialize_present};
 pub use program::{
     Boundary, BoxFuture, Cancellation, ChildOutcome, ChildSignal, Condition, Definition, DeltaSink,
     DispatchCall, Dispatcher, Effect, Execution, ExecutionState, Program, ProgramConfig,

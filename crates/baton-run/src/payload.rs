@@ -239,6 +239,16 @@ fn nesting(text: &[u8]) -> usize {
     deepest
 }
 
+/// For `#[serde(default, deserialize_with = "...")]` on an optional member
+/// that is either absent or holds a value: the member's value is
+/// deserialized as `T` itself, so an explicit JSON `null` is refused unless
+/// `T` accepts it (a [`Payload`] does: a `null` output is a present one).
+pub fn deserialize_present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    deserializer: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(deserializer).map(Some)
+}
+
 fn classify_parse_error(error: serde_json::Error) -> PayloadError {
     let message = error.to_string();
     match message.strip_prefix(DUPLICATE_PREFIX) {

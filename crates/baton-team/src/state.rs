@@ -31,7 +31,7 @@ use serde_json::value::RawValue;
 use crate::memo::{Restored, Seen};
 use crate::team::Shared;
 use crate::view::TaskView;
-use crate::wire::{Control, Mode, Task, present, present_value};
+use crate::wire::{Control, Mode, Task};
 
 /// One control of the current or previous decision and, once it arrived,
 /// its receipt. Serialized with its result it is exactly a
@@ -43,7 +43,7 @@ pub(crate) struct Receipt {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "present_value"
+        deserialize_with = "baton_run::deserialize_present"
     )]
     pub result: Option<Settlement>,
 }
@@ -67,13 +67,13 @@ pub(crate) struct TurnRecord {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "present_value"
+        deserialize_with = "baton_run::deserialize_present"
     )]
     pub coordinator: Option<ProcessId>,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "present_value"
+        deserialize_with = "baton_run::deserialize_present"
     )]
     pub decided: Option<Decided>,
     pub number: u64,
@@ -183,15 +183,15 @@ impl Facts<'_> {
 struct RecordIn<'a> {
     #[serde(default, deserialize_with = "only_true")]
     completed: bool,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
     initial: Option<Payload>,
     /// Present even when empty: a full decode rejects an empty list, and a
     /// decode by difference may have cut every task out of it.
-    #[serde(default, borrow, deserialize_with = "present_value")]
+    #[serde(default, borrow, deserialize_with = "baton_run::deserialize_present")]
     tasks: Option<Vec<&'a RawValue>>,
     #[serde(default, deserialize_with = "non_empty")]
     controls: Option<Vec<Receipt>>,
-    #[serde(default, deserialize_with = "present_value")]
+    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
     turn: Option<TurnRecord>,
 }
 

@@ -18,8 +18,6 @@ use baton_run::{Cause, ChildKey, EffectId, FailureKind, Name, ProcessId, Status,
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, Visitor};
 
-use crate::wire::present_value;
-
 #[cfg(doc)]
 use crate::Task;
 
@@ -29,11 +27,11 @@ use crate::Task;
 pub(crate) struct TaskView<'a> {
     #[serde(borrow)]
     pub request: RequestView<'a>,
-    #[serde(default, deserialize_with = "present_value")]
+    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
     pub process: Option<ProcessId>,
-    #[serde(default, deserialize_with = "present_value")]
+    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
     pub outcome: Option<OutcomeView>,
-    #[serde(default, deserialize_with = "present_value")]
+    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
     pub rejection: Option<FailureView>,
 }
 
@@ -55,7 +53,7 @@ pub(crate) struct OutcomeView {
     status: Status,
     cause: Cause,
     // An explicit JSON `null` output is a present output.
-    #[serde(default, deserialize_with = "present_any")]
+    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
     output: Option<IgnoredAny>,
     // As in the kernel's wire form: a plain option (`null` is absent).
     #[serde(default)]
@@ -109,10 +107,6 @@ impl<'de> Deserialize<'de> for AnyString {
         }
         deserializer.deserialize_str(Strings)
     }
-}
-
-fn present_any<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<IgnoredAny>, D::Error> {
-    IgnoredAny::deserialize(deserializer).map(Some)
 }
 
 impl<'a> TaskView<'a> {

@@ -13,7 +13,7 @@ use baton_run::{
     Status, Termination,
 };
 use schemars::JsonSchema;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 
 /// How the next turn starts after a decision that does not complete the team.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -84,13 +84,13 @@ struct TaskWire {
     /// What was requested.
     request: TaskRequest,
     /// The task's process, once admitted.
-    #[serde(default, deserialize_with = "present_value")]
+    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
     process: Option<ProcessId>,
     /// How it ended (with the effects left unresolved in its subtree), once it drained.
-    #[serde(default, deserialize_with = "present_value")]
+    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
     outcome: Option<Termination>,
     /// Why its start was refused.
-    #[serde(default, deserialize_with = "present_value")]
+    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
     rejection: Option<Failure>,
 }
 
@@ -204,13 +204,13 @@ struct ControlWire {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "present_value"
+        deserialize_with = "baton_run::deserialize_present"
     )]
     signal: Option<ChildSignal>,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "present_value"
+        deserialize_with = "baton_run::deserialize_present"
     )]
     cancel_reason: Option<String>,
 }
@@ -368,7 +368,7 @@ pub struct Decision {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "present_value"
+        deserialize_with = "baton_run::deserialize_present"
     )]
     #[schemars(with = "Mode")]
     pub mode: Option<Mode>,
@@ -385,7 +385,7 @@ pub struct Decision {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "present"
+        deserialize_with = "baton_run::deserialize_present"
     )]
     #[schemars(with = "Payload")]
     pub output: Option<Payload>,
@@ -425,19 +425,4 @@ impl Decision {
         self.controls.push(control);
         self
     }
-}
-
-/// An optional member that, when present, must be a real value: an
-/// explicit `null` is refused rather than read as absent.
-pub(crate) fn present_value<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
-    deserializer: D,
-) -> Result<Option<T>, D::Error> {
-    T::deserialize(deserializer).map(Some)
-}
-
-/// An optional payload where an explicit JSON `null` is present.
-pub(crate) fn present<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<Payload>, D::Error> {
-    Payload::deserialize(deserializer).map(Some)
 }

@@ -86,11 +86,11 @@ struct SlotStatusWire {
     status: SlotPhase,
     // A member is absent or holds a value (`null` is a present output, and
     // no process or failure).
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
     process: Option<ProcessId>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
     output: Option<Payload>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
     failure: Option<Failure>,
 }
 
@@ -101,12 +101,6 @@ enum SlotPhase {
     Running,
     Completed,
     Failed,
-}
-
-fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
-    deserializer: D,
-) -> Result<Option<T>, D::Error> {
-    T::deserialize(deserializer).map(Some)
 }
 
 impl TryFrom<SlotStatusWire> for SlotStatus {
