@@ -200,45 +200,8 @@ impl Serialize for Digest {
 
 impl<'de> Deserialize<'de> for Digest {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        read_str(deserializer, str::parse)
+        crate::payload::read_str(deserializer, str::parse)
     }
-}
-
-/// Reads a string and hands it to `make` as it is read, borrowed when the
-/// input allows (serde's `Cow<str>` and `String` always copy it first).
-pub(crate) fn read_str<'de, D, T, E>(
-    deserializer: D,
-    make: impl FnOnce(&str) -> Result<T, E>,
-) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    E: fmt::Display,
-{
-    struct Text<F>(F);
-
-    impl<'de, T, E: fmt::Display, F: FnOnce(&str) -> Result<T, E>> serde::de::Visitor<'de> for Text<F> {
-        type Value = T;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a string")
-        }
-
-        fn visit_str<Er: serde::de::Error>(self, text: &str) -> Result<T, Er> {
-            (self.0)(text).map_err(Er::custom)
-        }
-
-        fn visit_bytes<Er: serde::de::Error>(self, bytes: &[u8]) -> Result<T, Er> {
-            match std::str::from_utf8(bytes) {
-                Ok(text) => self.visit_str(text),
-                Err(_) => Err(Er::invalid_value(
-                    serde::de::Unexpected::Bytes(bytes),
-                    &self,
-                )),
-            }
-        }
-    }
-
-    deserializer.deserialize_str(Text(make))
 }
 
 #[cfg(test)]

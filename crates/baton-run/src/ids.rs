@@ -149,7 +149,7 @@ macro_rules! text_id {
 
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                crate::digest::read_str(deserializer, |text| {
+                crate::payload::read_str(deserializer, |text| {
                     $stored($what, text).map(|()| Self(text.into()))
                 })
             }
@@ -299,7 +299,7 @@ macro_rules! derived_id {
 
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                crate::digest::read_str(deserializer, str::parse)
+                crate::payload::read_str(deserializer, str::parse)
             }
         }
 

@@ -249,6 +249,43 @@ pub fn deserialize_present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
     T::deserialize(deserializer).map(Some)
 }
 
+/// Reads a string and hands it to `make` as it is read, borrowed when the
+/// input allows (serde's `Cow<str>` and `String` always copy it first).
+pub(crate) fn read_str<'de, D, T, E>(
+    deserializer: D,
+    make: impl FnOnce(&str) -> Result<T, E>,
+) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    E: fmt::Display,
+{
+    struct Text<F>(F);
+
+    impl<'de, T, E: fmt::Display, F: FnOnce(&str) -> Result<T, E>> serde::de::Visitor<'de> for Text<F> {
+        type Value = T;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string")
+        }
+
+        fn visit_str<Er: serde::de::Error>(self, text: &str) -> Result<T, Er> {
+            (self.0)(text).map_err(Er::custom)
+        }
+
+        fn visit_bytes<Er: serde::de::Error>(self, bytes: &[u8]) -> Result<T, Er> {
+            match std::str::from_utf8(bytes) {
+                Ok(text) => self.visit_str(text),
+                Err(_) => Err(Er::invalid_value(
+                    serde::de::Unexpected::Bytes(bytes),
+                    &self,
+                )),
+            }
+        }
+    }
+
+    deserializer.deserialize_str(Text(make))
+}
+
 fn classify_parse_error(error: serde_json::Error) -> PayloadError {
     let message = error.to_string();
     match message.strip_prefix(DUPLICATE_PREFIX) {
@@ -539,7 +576,7 @@ impl<'de> Visitor<'de> for PayloadVisitor {
         impl<'de> DeserializeSeed<'de> for Token {
             type Value = bool;
             fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
-                crate::digest::read_str(deserializer, |key| {
+                read_str(deserializer, |key| {
                     Ok::<_, std::convert::Infallible>(key == RAW_VALUE_TOKEN)
                 })
             }
@@ -551,7 +588,7 @@ impl<'de> Visitor<'de> for PayloadVisitor {
                 self,
                 deserializer: D,
             ) -> Result<Payload, D::Error> {
-                crate::digest::read_str(deserializer, Payload::parse_str)
+                read_str(deserializer, Payload::parse_str)
             }
         }
         if map.next_key_seed(Token)? != Some(true) {
