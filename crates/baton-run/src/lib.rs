@@ -1,7 +1,8 @@
 //! # baton-run: the Baton run kernel
 //!
 //! Owns the vocabulary and the machinery every other Baton crate stands on:
-//! canonical [`Payload`]s and blake3 [`Digest`]s, identifiers, [`Quota`] and
+//! canonical [`Payload`]s (built whole from parts with [`PayloadWriter`])
+//! and blake3 [`Digest`]s, identifiers, [`Quota`] and
 //! [`Budget`], [`Descriptor`]s with JSON Schemas, the [`Definition`] /
 //! [`Execution`] step protocol, [`Effect`]s, [`Signal`]s and
 //! [`Settlement`]s, [`Dispatcher`]s, typed [`Program`]s, the hash-chained
