@@ -1,33 +1,55 @@
 //! The engine: runs trees on tokio, one owner task per tree.
+//!
+//! This module is the engine's public face: [`Engine`], its configuration,
+//! the requests a host makes and their receipts. The rooms behind it:
+//!
+//! - `error.rs`: the error enums of each operation family;
+//! - `handle.rs`: [`ProcessHandle`], what a host holds on a process;
+//! - `shared.rs`: what a tree's handles and its owner task share (the
+//!   published outcome, the door commands go through);
+//! - `lease.rs`: owner names, liveness of other owners, lease acquisition;
+//! - `lifecycle.rs`: how a tree starts, is taken up, sleeps and wakes;
+//! - `actor.rs`: the owner task of a tree (mailbox, rounds, commit loop);
+//! - `round.rs`: what a round decides, as plain functions over the fold;
+//! - `dispatch.rs`: dispatches in flight and their launch;
+//! - `state.rs`: the fold (`TreeState::apply`) and `fold` of a stored tree;
+//! - `view.rs`: projections of committed state and the event stream.
 
 mod actor;
+mod dispatch;
+mod error;
+mod handle;
+mod lease;
+mod lifecycle;
+mod round;
+mod shared;
 mod state;
 mod view;
 
 use std::collections::BTreeMap;
-use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use serde::Serialize;
-use serde::de::DeserializeOwned;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, oneshot};
 
 use crate::budget::{Budget, Capabilities, TreeLimits};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::digest::Digest;
-use crate::failure::{Failure, FailureKind, Termination};
-use crate::ids::{ChildKey, EffectId, ProcessId, Scope, SignalId, StartId, TreeId, WaitId};
-use crate::log::VerifyError;
-use crate::payload::{Payload, PayloadError};
+use crate::failure::Failure;
+use crate::ids::{EffectId, ProcessId, Scope, SignalId, StartId, TreeId, WaitId};
+use crate::payload::Payload;
 use crate::program::{Program, Settlement};
-use crate::store::{ListFilter, Store, StoreError, TreeStatus};
+use crate::store::{ListFilter, Store, StoreError, TreeLoad, TreeStatus};
 
+pub use error::{ControlError, OutputError, RecoverError, RuntimeError, SignalError, StartError};
+pub use handle::ProcessHandle;
 pub use view::{EffectView, Event, EventKind, ProcessView, TreeCapture, TreeView, WaitView};
 
 use actor::Command;
-use state::TreeState;
+use lifecycle::{StartKey, StartOutcome};
+use shared::TreeShared;
+use state::{TreeState, fold};
 
 /// How an engine is built.
 pub struct EngineConfig {
@@ -164,456 +186,6 @@ pub struct RecoverOptions {
     pub scope: Option<Scope>,
 }
 
-/// A tree's writer stopped without a result: the store failed or another
-/// writer fenced it. The log holds everything committed; recover elsewhere.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum RuntimeError {
-    /// The store failed; nothing after the last acknowledged commit is known.
-    #[error("tree {tree} stopped: storage failed after record {head_seq}: {error}")]
-    Storage {
-        /// The tree.
-        tree: TreeId,
-        /// The last acknowledged sequence.
-        head_seq: u64,
-        /// The storage error.
-        error: StoreError,
-    },
-    /// Another writer took the tree over.
-    #[error("tree {tree} stopped: another writer fenced this engine after record {head_seq}")]
-    Fenced {
-        /// The tree.
-        tree: TreeId,
-        /// The last acknowledged sequence.
-        head_seq: u64,
-    },
-    /// The log head moved underneath this writer.
-    #[error("tree {tree} stopped: the log head moved (expected {expected}, found {found})")]
-    Conflict {
-        /// The tree.
-        tree: TreeId,
-        /// The sequence this writer expected.
-        expected: u64,
-        /// The store's head.
-        found: u64,
-    },
-    /// The engine was closed or dropped.
-    #[error("tree {tree} stopped: the engine was closed")]
-    Closed {
-        /// The tree.
-        tree: TreeId,
-    },
-    /// Stored state could not be folded (engine defect or corrupt store).
-    #[error("tree {tree} stopped: {message}")]
-    Inconsistent {
-        /// The tree.
-        tree: TreeId,
-        /// What did not apply.
-        message: String,
-    },
-}
-
-impl RuntimeError {
-    /// Stable code.
-    pub fn code(&self) -> &'static str {
-        match self {
-            RuntimeError::Storage { .. } => "engine.tree.committer_failed",
-            RuntimeError::Fenced { .. } => "engine.tree.incarnation_conflict",
-            RuntimeError::Conflict { .. } => "engine.tree.committer_conflict",
-            RuntimeError::Closed { .. } => "engine.closed",
-            RuntimeError::Inconsistent { .. } => "engine.tree.inconsistent",
-        }
-    }
-}
-
-/// Why a start was refused. Nothing is written.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum StartError {
-    /// The input does not encode or fails the input schema (`contract`).
-    #[error("start refused: {0}")]
-    Input(Failure),
-    /// The program's `start`, `snapshot` or `restore` failed.
-    #[error("start refused: {0}")]
-    Program(Failure),
-    /// The start id names a tree with another program or input.
-    #[error(
-        "start refused (engine.start.conflict): {id:?} already names a tree with a different program or input"
-    )]
-    Conflict {
-        /// The start id.
-        id: StartId,
-    },
-    /// Another writer holds the tree's lease.
-    #[error("start refused (engine.lease.held): tree is held by {owner} until {until}")]
-    LeaseHeld {
-        /// The holder.
-        owner: String,
-        /// Expiry.
-        until: Timestamp,
-    },
-    /// The stored tree could not be read.
-    #[error("start refused: {0}")]
-    Recover(#[from] RecoverError),
-    /// The store failed.
-    #[error("start refused: {0}")]
-    Store(#[from] StoreError),
-}
-
-impl StartError {
-    /// Stable code.
-    pub fn code(&self) -> &str {
-        match self {
-            StartError::Input(failure) | StartError::Program(failure) => failure.code(),
-            StartError::Conflict { .. } => "engine.start.conflict",
-            StartError::LeaseHeld { .. } => "engine.lease.held",
-            StartError::Recover(error) => error.code(),
-            StartError::Store(_) => "engine.store.failed",
-        }
-    }
-}
-
-/// Why a stored tree could not be taken up. The stored tree is left untouched.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum RecoverError {
-    /// No tree with that id is stored.
-    #[error("engine.tree.not_found: no tree {tree}")]
-    NotFound {
-        /// The tree.
-        tree: TreeId,
-    },
-    /// The caller's scope is not the tree's.
-    #[error("engine.scope.mismatch: tree {tree} is not in scope {scope}")]
-    Scope {
-        /// The tree.
-        tree: TreeId,
-        /// The caller's scope.
-        scope: Scope,
-    },
-    /// A stored program is not in this engine's registry.
-    #[error(
-        "engine.program.unavailable: tree {tree} needs program {name} ({digest}), which is not registered"
-    )]
-    ProgramUnavailable {
-        /// The tree.
-        tree: TreeId,
-        /// The program's name.
-        name: String,
-        /// Its exact ref digest.
-        digest: Digest,
-    },
-    /// The log does not verify or does not fold.
-    #[error("engine.log.corrupt: tree {tree}: {message}")]
-    Corrupt {
-        /// The tree.
-        tree: TreeId,
-        /// What is wrong.
-        message: String,
-    },
-    /// Another writer holds a live lease.
-    #[error("engine.lease.held: tree {tree} is held by {owner} until {until}")]
-    LeaseHeld {
-        /// The tree.
-        tree: TreeId,
-        /// The holder.
-        owner: String,
-        /// Expiry.
-        until: Timestamp,
-    },
-    /// The store failed.
-    #[error("engine.store.failed: {0}")]
-    Store(#[from] StoreError),
-}
-
-impl RecoverError {
-    /// Stable code.
-    pub fn code(&self) -> &'static str {
-        match self {
-            RecoverError::NotFound { .. } => "engine.tree.not_found",
-            RecoverError::Scope { .. } => "engine.scope.mismatch",
-            RecoverError::ProgramUnavailable { .. } => "engine.program.unavailable",
-            RecoverError::Corrupt { .. } => "engine.log.corrupt",
-            RecoverError::LeaseHeld { .. } => "engine.lease.held",
-            RecoverError::Store(_) => "engine.store.failed",
-        }
-    }
-}
-
-/// Why a host signal was refused. Nothing is written.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum SignalError {
-    /// The process has terminated.
-    #[error("engine.signal.terminated: process {process} has terminated")]
-    Terminated {
-        /// The process.
-        process: ProcessId,
-    },
-    /// No wait with that id was ever opened by the process.
-    #[error("engine.signal.unknown_wait: process {process} has no wait {wait}")]
-    UnknownWait {
-        /// The process.
-        process: ProcessId,
-        /// The wait.
-        wait: WaitId,
-    },
-    /// The wait was already answered.
-    #[error("engine.signal.wait_closed: wait {wait} was already answered")]
-    WaitClosed {
-        /// The wait.
-        wait: WaitId,
-    },
-    /// The payload fails the answer or signal schema (`contract`).
-    #[error("{0}")]
-    Rejected(Failure),
-    /// The id was used before with different content.
-    #[error("engine.signal.conflict: signal {id} was admitted before with different content")]
-    Conflict {
-        /// The signal id.
-        id: SignalId,
-    },
-    /// The process's signal budget is spent; the process is unharmed.
-    #[error("engine.limit.signals: process {process} has no signal budget left")]
-    BudgetExhausted {
-        /// The process.
-        process: ProcessId,
-    },
-    /// The mailbox holds as many unconsumed signals as the tree allows.
-    #[error(
-        "engine.limit.pending_signals: process {process} already holds {limit} unconsumed signals"
-    )]
-    MailboxFull {
-        /// The process.
-        process: ProcessId,
-        /// The limit.
-        limit: u64,
-    },
-    /// The tree's writer stopped.
-    #[error(transparent)]
-    Stopped(#[from] RuntimeError),
-}
-
-impl SignalError {
-    /// Stable code.
-    pub fn code(&self) -> &str {
-        match self {
-            SignalError::Terminated { .. } => "engine.signal.terminated",
-            SignalError::UnknownWait { .. } => "engine.signal.unknown_wait",
-            SignalError::WaitClosed { .. } => "engine.signal.wait_closed",
-            SignalError::Rejected(failure) => failure.code(),
-            SignalError::Conflict { .. } => "engine.signal.conflict",
-            SignalError::BudgetExhausted { .. } => "engine.limit.signals",
-            SignalError::MailboxFull { .. } => "engine.limit.pending_signals",
-            SignalError::Stopped(error) => error.code(),
-        }
-    }
-}
-
-/// Why a control (cancel, kill, resolve, replay) was refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ControlError {
-    /// The process has terminated.
-    #[error("engine.control.terminated: process {process} has terminated")]
-    Terminated {
-        /// The process.
-        process: ProcessId,
-    },
-    /// The effect is not an unknown effect of a live process of the tree.
-    #[error("engine.effect.not_unknown: effect {effect} is not an unknown effect of tree {tree}")]
-    NotUnknown {
-        /// The tree.
-        tree: TreeId,
-        /// The effect.
-        effect: EffectId,
-    },
-    /// The resolution is itself unknown, or replay is not allowed.
-    #[error("engine.effect.resolution.invalid: {0}")]
-    Invalid(String),
-    /// The tree could not be found or taken up.
-    #[error(transparent)]
-    Recover(#[from] RecoverError),
-    /// The tree's writer stopped.
-    #[error(transparent)]
-    Stopped(#[from] RuntimeError),
-}
-
-impl ControlError {
-    /// Stable code.
-    pub fn code(&self) -> &'static str {
-        match self {
-            ControlError::Terminated { .. } => "engine.control.terminated",
-            ControlError::NotUnknown { .. } => "engine.effect.not_unknown",
-            ControlError::Invalid(_) => "engine.effect.resolution.invalid",
-            ControlError::Recover(error) => error.code(),
-            ControlError::Stopped(error) => error.code(),
-        }
-    }
-}
-
-/// Why a typed output could not be had.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum OutputError {
-    /// The process did not complete.
-    #[error("process did not complete: {0}")]
-    NotCompleted(Termination),
-    /// The output does not decode into the requested type.
-    #[error(transparent)]
-    Decode(#[from] PayloadError),
-    /// The tree's writer stopped.
-    #[error(transparent)]
-    Stopped(#[from] RuntimeError),
-}
-
-/// What the host sees of a tree while its owner task runs.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct TreeOutcome {
-    /// Terminations committed so far, by process.
-    terminations: BTreeMap<ProcessId, Termination>,
-    /// Processes whose whole subtree has terminated.
-    drained: std::collections::BTreeSet<ProcessId>,
-    stopped: Option<RuntimeError>,
-    finished: bool,
-    /// The writer is gone (the engine dropped its task).
-    abandoned: bool,
-}
-
-/// A tree's published outcome and a way to wait for it to change: one lock
-/// and one notifier per tree (a `watch` channel carries eight notifiers,
-/// which a waiting tree would pay for in memory and every publish in time).
-#[derive(Default)]
-pub(crate) struct Published {
-    outcome: Mutex<TreeOutcome>,
-    changed: tokio::sync::Notify,
-}
-
-impl Published {
-    /// A cell with `outcome` already in it.
-    pub(crate) fn new(outcome: TreeOutcome) -> Arc<Published> {
-        Arc::new(Published {
-            outcome: Mutex::new(outcome),
-            changed: tokio::sync::Notify::new(),
-        })
-    }
-
-    /// Reads the outcome (a poisoned lock still holds the last outcome).
-    pub(crate) fn read(&self) -> std::sync::MutexGuard<'_, TreeOutcome> {
-        self.outcome
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Waits until `select` picks something from the outcome; `None` once
-    /// the writer is gone without the outcome ever being picked.
-    async fn wait_for<T>(&self, select: impl Fn(&TreeOutcome) -> Option<T>) -> Option<T> {
-        loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            {
-                let outcome = self.read();
-                if let Some(picked) = select(&outcome) {
-                    return Some(picked);
-                }
-                if outcome.abandoned {
-                    return None;
-                }
-            }
-            changed.await;
-        }
-    }
-}
-
-/// The one writer of a tree's [`Published`] outcome. Dropping it without a
-/// final outcome tells the waiters that none will come.
-pub(crate) struct Publisher(Arc<Published>);
-
-impl Publisher {
-    pub(crate) fn new(published: Arc<Published>) -> Publisher {
-        Publisher(published)
-    }
-
-    /// Changes the outcome and wakes every waiter.
-    pub(crate) fn modify(&self, change: impl FnOnce(&mut TreeOutcome)) {
-        change(&mut self.0.read());
-        self.0.changed.notify_waiters();
-    }
-
-    pub(crate) fn read(&self) -> std::sync::MutexGuard<'_, TreeOutcome> {
-        self.0.read()
-    }
-}
-
-impl Drop for Publisher {
-    fn drop(&mut self) {
-        self.modify(|outcome| outcome.abandoned = true);
-    }
-}
-
-pub(crate) struct TreeShared {
-    tree: TreeId,
-    scope: Scope,
-    program: Digest,
-    input: Digest,
-    /// How commands reach the tree's owner task.
-    door: Mutex<Door>,
-    outcome: Arc<Published>,
-}
-
-impl TreeShared {
-    /// A sleeping tree's state, taken from its door (which then stays
-    /// closed); `None`, with the door untouched, for a tree not asleep.
-    fn take_sleeper(&self) -> Option<Box<actor::Sleeper>> {
-        let mut door = self.door.lock().ok()?;
-        match std::mem::replace(&mut *door, Door::Closed) {
-            Door::Asleep(sleeper) => Some(sleeper),
-            other => {
-                *door = other;
-                None
-            }
-        }
-    }
-}
-
-/// The way into a tree's owner task. An idle tree hibernates: its task ends
-/// and its state waits here until a command wakes it.
-pub(crate) enum Door {
-    /// The owner task runs and reads this channel.
-    Awake(mpsc::UnboundedSender<Box<Command>>),
-    /// The tree waits for input with no task; a command respawns it.
-    Asleep(Box<actor::Sleeper>),
-    /// No owner task will run again (finished, stopped or closed).
-    Closed,
-}
-
-impl EngineInner {
-    /// Delivers a command to a tree, waking it if it hibernates; hands the
-    /// command back when no owner task will run again.
-    fn send(
-        self: &Arc<Self>,
-        shared: &Arc<TreeShared>,
-        command: Box<Command>,
-    ) -> Result<(), Box<Command>> {
-        let Ok(mut door) = shared.door.lock() else {
-            return Err(command);
-        };
-        if let Door::Asleep(_) = &*door {
-            let Door::Asleep(sleeper) = std::mem::replace(&mut *door, Door::Closed) else {
-                unreachable!("matched asleep just above")
-            };
-            if let Some(sender) = actor::wake(self, shared, *sleeper) {
-                *door = Door::Awake(sender);
-            }
-        }
-        match &*door {
-            Door::Awake(sender) => sender.send(command).map_err(|error| error.0),
-            _ => Err(command),
-        }
-    }
-}
-
 struct Registry {
     programs: BTreeMap<Digest, Program>,
 }
@@ -645,41 +217,6 @@ pub(crate) struct EngineInner {
     trees: Mutex<BTreeMap<TreeId, Weak<TreeShared>>>,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     events: broadcast::Sender<Event>,
-}
-
-static ENGINE_COUNTER: AtomicU64 = AtomicU64::new(0);
-static LIVE_OWNERS: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|name| name.trim().to_owned())
-        .ok()
-        .filter(|name| !name.is_empty() && !name.contains('/'))
-        .unwrap_or_else(|| "localhost".to_owned())
-}
-
-/// Whether a lease owner is provably gone: an engine of this process that
-/// no longer exists, or a process of this host that no longer runs.
-fn owner_is_gone(owner: &str) -> bool {
-    let mut parts = owner.split('/');
-    let (Some(host), Some(pid), Some(_)) = (parts.next(), parts.next(), parts.next()) else {
-        return false;
-    };
-    if host != host_name() {
-        return false;
-    }
-    let Ok(pid) = pid.parse::<u32>() else {
-        return false;
-    };
-    if pid == std::process::id() {
-        let live = LIVE_OWNERS
-            .lock()
-            .map(|owners| owners.iter().any(|o| o == owner))
-            .unwrap_or(true);
-        return !live;
-    }
-    let proc_root = std::path::Path::new("/proc");
-    proc_root.join("self").exists() && !proc_root.join(pid.to_string()).exists()
 }
 
 /// Runs trees of programs: the only constructor of processes.
@@ -715,9 +252,7 @@ impl EngineInner {
                 sleeper.close(RuntimeError::Closed { tree: shared.tree });
             }
         }
-        if let Ok(mut owners) = LIVE_OWNERS.lock() {
-            owners.retain(|owner| owner != &self.owner);
-        }
+        lease::retire(&self.owner);
     }
 
     fn program(&self, digest: &Digest) -> Option<Program> {
@@ -739,49 +274,6 @@ impl EngineInner {
     }
 }
 
-/// Folds a stored tree: verifies the chain from the snapshot head, decodes
-/// the snapshot and applies the records after it.
-pub(crate) fn fold(
-    tree: TreeId,
-    load: &crate::store::TreeLoad,
-) -> Result<(TreeState, u64, Digest), RecoverError> {
-    let corrupt = |message: String| RecoverError::Corrupt { tree, message };
-    let (start_seq, start_head, mut state) = match &load.snapshot {
-        Some(snapshot) => {
-            let state: TreeState = serde_json::from_slice(&snapshot.state).map_err(|error| {
-                corrupt(format!(
-                    "snapshot at {} does not decode: {error}",
-                    snapshot.seq
-                ))
-            })?;
-            (snapshot.seq, snapshot.head, Some(state))
-        }
-        None => (0, Digest::ZERO, None),
-    };
-    let (mut head_seq, mut head) = (start_seq, start_head);
-    for record in &load.records {
-        // Each record is checked against the chain and decoded once.
-        let body = crate::log::check(head_seq, head, record)
-            .map_err(|error: VerifyError| corrupt(error.to_string()))?;
-        (head_seq, head) = (record.seq, record.hash);
-        let folded = match &mut state {
-            None => state.insert(TreeState::started(&body).map_err(|e| corrupt(e.to_string()))?),
-            Some(state) => {
-                state
-                    .apply(&body)
-                    .map_err(|error| corrupt(format!("record {}: {error}", record.seq)))?;
-                state
-            }
-        };
-        folded.history_bytes += record.body.len() as u64;
-    }
-    let state = state.ok_or(RecoverError::NotFound { tree })?;
-    if state.root != tree {
-        return Err(corrupt(format!("log names root {}", state.root)));
-    }
-    Ok((state, head_seq, head))
-}
-
 impl Engine {
     /// Builds an engine. Call from within a tokio runtime.
     pub fn new(config: EngineConfig) -> Engine {
@@ -791,15 +283,7 @@ impl Engine {
         for program in &config.programs {
             registry.add(program);
         }
-        let owner = format!(
-            "{}/{}/engine-{}",
-            host_name(),
-            std::process::id(),
-            ENGINE_COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
-        if let Ok(mut owners) = LIVE_OWNERS.lock() {
-            owners.push(owner.clone());
-        }
+        let owner = lease::new_owner();
         let (events, _) = broadcast::channel(config.event_capacity.max(1));
         Engine {
             inner: Arc::new(EngineInner {
@@ -850,30 +334,28 @@ impl Engine {
         if let Ok(mut registry) = self.inner.registry.write() {
             registry.add(&program.erase());
         }
-        let tree = ProcessId::root(&request.id);
-        let digest = program.reference().digest;
-        let same = |shared: &TreeShared| shared.program == digest && shared.input == input.digest();
-        if let Some(shared) = self.inner.live(tree) {
-            return if same(&shared) {
-                Ok(ProcessHandle::new(self.inner.clone(), shared, tree))
-            } else {
-                Err(StartError::Conflict { id: request.id })
-            };
-        }
-        let shared = actor::start(
-            &self.inner,
-            program.erase(),
-            request.id.clone(),
-            input.clone(),
-            request.budget,
-            request.capabilities,
-            request.deadline,
-        )
-        .await?;
-        if !same(&shared) {
-            return Err(StartError::Conflict { id: request.id });
-        }
-        Ok(ProcessHandle::new(self.inner.clone(), shared, tree))
+        let key = StartKey {
+            tree: ProcessId::root(&request.id),
+            program: program.reference().digest,
+            input: input.digest(),
+        };
+        let shared = match self.inner.live(key.tree) {
+            Some(shared) if key.matches(&shared) => shared,
+            Some(_) => return Err(StartError::Conflict { id: request.id }),
+            None => {
+                let request = StartRequest {
+                    id: request.id,
+                    input,
+                    budget: request.budget,
+                    capabilities: request.capabilities,
+                    deadline: request.deadline,
+                };
+                match lifecycle::start(&self.inner, program.erase(), key, request).await? {
+                    StartOutcome::New(shared) | StartOutcome::Existing(shared) => shared,
+                }
+            }
+        };
+        Ok(ProcessHandle::new(self.inner.clone(), shared, key.tree))
     }
 
     /// A handle on a root process by id, checking the caller's scope. A tree
@@ -1043,7 +525,7 @@ impl EngineInner {
     fn checked_fold(
         &self,
         tree: TreeId,
-        load: &crate::store::TreeLoad,
+        load: &TreeLoad,
         scope: Option<&Scope>,
     ) -> Result<(TreeState, u64, Digest), RecoverError> {
         if !load.exists() {
@@ -1092,237 +574,8 @@ impl EngineInner {
             }
         }
         if state.root_termination().is_some() {
-            return Ok(actor::finished(self, &state));
+            return Ok(lifecycle::finished(self, &state));
         }
-        actor::resume(self, tree, force).await
+        lifecycle::resume(self, tree, force).await
     }
-}
-
-/// A handle on a root process.
-pub struct ProcessHandle<O = Payload> {
-    engine: Arc<EngineInner>,
-    shared: Arc<TreeShared>,
-    process: ProcessId,
-    types: PhantomData<fn() -> O>,
-}
-
-impl<O> Clone for ProcessHandle<O> {
-    fn clone(&self) -> Self {
-        ProcessHandle {
-            engine: self.engine.clone(),
-            shared: self.shared.clone(),
-            process: self.process,
-            types: PhantomData,
-        }
-    }
-}
-
-impl<O> std::fmt::Debug for ProcessHandle<O> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProcessHandle")
-            .field("process", &self.process)
-            .finish()
-    }
-}
-
-impl<O> ProcessHandle<O> {
-    fn new(
-        engine: Arc<EngineInner>,
-        shared: Arc<TreeShared>,
-        process: ProcessId,
-    ) -> ProcessHandle<O> {
-        ProcessHandle {
-            engine,
-            shared,
-            process,
-            types: PhantomData,
-        }
-    }
-
-    /// The process id.
-    pub fn id(&self) -> ProcessId {
-        self.process
-    }
-
-    /// The tree it belongs to.
-    pub fn tree(&self) -> TreeId {
-        self.shared.tree
-    }
-
-    /// Its scope.
-    pub fn scope(&self) -> &Scope {
-        &self.shared.scope
-    }
-
-    fn closed(&self) -> RuntimeError {
-        RuntimeError::Closed {
-            tree: self.shared.tree,
-        }
-    }
-
-    /// Waits for the termination.
-    pub async fn await_result(&self) -> Result<Termination, RuntimeError> {
-        let process = self.process;
-        let result = self
-            .shared
-            .outcome
-            .wait_for(|o| {
-                (o.terminations.contains_key(&process) || o.stopped.is_some() || o.finished)
-                    .then(|| (o.terminations.get(&process).cloned(), o.stopped.clone()))
-            })
-            .await;
-        match result {
-            Some((Some(termination), _)) => Ok(termination),
-            Some((None, Some(error))) => Err(error),
-            _ => Err(self.closed()),
-        }
-    }
-
-    /// Waits until this process and its whole subtree have terminated (for
-    /// the root: until the tree's task has released the tree).
-    pub async fn join(&self) -> Result<Termination, RuntimeError> {
-        let termination = self.await_result().await?;
-        let (process, root) = (self.process, self.process == self.shared.tree);
-        let joined =
-            self.shared
-                .outcome
-                .wait_for(|o| {
-                    (o.finished || (!root && o.drained.contains(&process)) || o.stopped.is_some())
-                        .then(|| {
-                            (
-                                o.finished || o.drained.contains(&process),
-                                o.stopped.clone(),
-                            )
-                        })
-                })
-                .await;
-        match joined {
-            Some((true, _)) => Ok(termination),
-            Some((false, Some(error))) => Err(error),
-            _ => Err(self.closed()),
-        }
-    }
-
-    /// A handle on this process's child under `key` (which may not exist yet).
-    pub fn child<O2>(&self, key: &ChildKey) -> ProcessHandle<O2> {
-        ProcessHandle::new(
-            self.engine.clone(),
-            self.shared.clone(),
-            ProcessId::child(self.process, key),
-        )
-    }
-
-    /// Waits for completion and decodes the output.
-    pub async fn output(&self) -> Result<O, OutputError>
-    where
-        O: DeserializeOwned,
-    {
-        let termination = self.await_result().await?;
-        match termination.output() {
-            Some(output) => Ok(output.decode()?),
-            None => Err(OutputError::NotCompleted(termination)),
-        }
-    }
-
-    async fn request<T, E: From<RuntimeError>>(
-        &self,
-        make: impl FnOnce(oneshot::Sender<Result<T, E>>) -> Command,
-        terminated: impl FnOnce() -> E,
-    ) -> Result<T, E> {
-        let (reply, answer) = oneshot::channel();
-        let sent = self
-            .engine
-            .send(&self.shared, Box::new(make(reply)))
-            .is_ok();
-        if sent && let Ok(result) = answer.await {
-            return result;
-        }
-        // No owner task took the command (or it ended before answering):
-        // say why from what the tree published.
-        let outcome = self.shared.outcome.read();
-        Err(match &outcome.stopped {
-            Some(error) => error.clone().into(),
-            None if outcome.finished || outcome.terminations.contains_key(&self.process) => {
-                terminated()
-            }
-            None => self.closed().into(),
-        })
-    }
-
-    async fn control(
-        &self,
-        make: impl FnOnce(oneshot::Sender<Result<(), ControlError>>) -> Command,
-    ) -> Result<(), ControlError> {
-        let process = self.process;
-        self.request(make, || ControlError::Terminated { process })
-            .await
-    }
-
-    /// Delivers a host signal. It is acknowledged only after its record
-    /// commits; the same id with the same content is an idempotent no-op.
-    pub async fn signal(&self, request: SignalRequest) -> Result<SignalReceipt, SignalError> {
-        let process = self.process;
-        self.request(
-            |reply| Command::Signal {
-                process,
-                request,
-                reply,
-            },
-            || SignalError::Terminated { process },
-        )
-        .await
-    }
-
-    /// Requests cancellation (intent is durable when this returns; the
-    /// process ends `Canceled` once in-flight work settles).
-    pub async fn cancel(&self, reason: impl Into<String>) -> Result<(), ControlError> {
-        let process = self.process;
-        let reason = reason.into();
-        self.control(|reply| Command::Cancel {
-            process,
-            reason,
-            reply,
-        })
-        .await
-    }
-
-    /// Kills the process at once; in-flight effects are left unresolved.
-    pub async fn kill(&self) -> Result<(), ControlError> {
-        let process = self.process;
-        self.control(|reply| Command::Kill { process, reply }).await
-    }
-
-    /// The committed state as a view.
-    pub async fn inspect(&self) -> Result<TreeView, ControlError> {
-        let process = self.process;
-        let view = self
-            .request(
-                |reply| Command::Inspect { reply },
-                || ControlError::Terminated { process },
-            )
-            .await;
-        match view {
-            Err(ControlError::Terminated { .. }) => {
-                let load = self
-                    .engine
-                    .store
-                    .load(self.shared.tree)
-                    .await
-                    .map_err(RecoverError::from)?;
-                let (state, seq, head) = self.engine.checked_fold(self.shared.tree, &load, None)?;
-                Ok(TreeView::of(&state, seq, head, false))
-            }
-            other => other,
-        }
-    }
-}
-
-/// The failure kind and code of a panic caught at a user-code seam.
-pub(crate) fn panic_failure(code: &str, panic: Box<dyn std::any::Any + Send>) -> Failure {
-    let message = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "panic with a non-string payload".to_owned());
-    Failure::new(FailureKind::Panic, code, message)
 }

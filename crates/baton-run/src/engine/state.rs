@@ -2,8 +2,8 @@
 //!
 //! The engine and recovery share one function, [`TreeState::apply`]: the
 //! engine computes a record, applies it, commits it, and only then acts on
-//! it; recovery applies the stored records to the latest snapshot. Steps
-//! are never re-executed to rebuild state.
+//! it; recovery ([`fold`]) verifies the stored records and applies them to
+//! the latest snapshot. Steps are never re-executed to rebuild state.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -14,13 +14,15 @@ use crate::clock::Timestamp;
 use crate::descriptor::Schema;
 use crate::digest::Digest;
 use crate::failure::{Cause, Failure, Status, Termination};
-use crate::ids::{ChildKey, EffectId, Name, ProcessId, SignalId, StartId, WaitId};
+use crate::ids::{ChildKey, EffectId, Name, ProcessId, SignalId, StartId, TreeId, WaitId};
 use crate::log::{Delivery, RecordBody};
 use crate::payload::Payload;
 use crate::program::{
     ChildOutcome, Effect, ExecutionState, ProgramRef, Settlement, Signal, SignalBody, Transition,
 };
-use crate::store::TreeStatus;
+use crate::store::{TreeLoad, TreeStatus};
+
+use super::error::RecoverError;
 
 /// The committed state of a whole tree.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -502,6 +504,54 @@ impl TreeState {
             .and_then(|p| p.termination.as_ref())
     }
 
+    /// Whether every process has terminated.
+    pub fn done(&self) -> bool {
+        self.processes.values().all(|p| p.termination.is_some())
+    }
+
+    /// The processes not yet terminated, in id order.
+    pub fn live_ids(&self) -> Vec<ProcessId> {
+        self.processes
+            .iter()
+            .filter(|(_, p)| p.termination.is_none())
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Whether a process and its whole subtree have terminated.
+    pub fn drained(&self, id: ProcessId) -> bool {
+        let process = &self.processes[&id];
+        process.termination.is_some() && process.children.values().all(|child| self.drained(*child))
+    }
+
+    /// Unresolved effects anywhere in a subtree.
+    pub fn subtree_unresolved(&self, id: ProcessId, into: &mut Vec<EffectId>) {
+        let process = &self.processes[&id];
+        match &process.termination {
+            Some(termination) => into.extend_from_slice(termination.unresolved_effects()),
+            None => into.extend(process.unresolved()),
+        }
+        for child in process.children.values() {
+            self.subtree_unresolved(*child, into);
+        }
+    }
+
+    /// The child keys from the root down to a process.
+    pub fn path(&self, mut process: ProcessId) -> Vec<ChildKey> {
+        let mut path = Vec::new();
+        while let Some(state) = self.processes.get(&process) {
+            match (&state.key, state.parent) {
+                (Some(key), Some(parent)) => {
+                    path.push(key.clone());
+                    process = parent;
+                }
+                _ => break,
+            }
+        }
+        path.reverse();
+        path
+    }
+
     /// The status a store lists this tree under.
     pub fn tree_status(&self) -> TreeStatus {
         if self.root_termination().is_some() {
@@ -829,4 +879,47 @@ pub(crate) fn ending_failure(cause: Cause, reason: &str) -> Failure {
             Failure::execution("engine.terminated", reason.to_owned())
         }
     }
+}
+
+/// Folds a stored tree: verifies the chain from the snapshot head, decodes
+/// the snapshot and applies the records after it.
+pub(super) fn fold(
+    tree: TreeId,
+    load: &TreeLoad,
+) -> Result<(TreeState, u64, Digest), RecoverError> {
+    let corrupt = |message: String| RecoverError::Corrupt { tree, message };
+    let (start_seq, start_head, mut state) = match &load.snapshot {
+        Some(snapshot) => {
+            let state: TreeState = serde_json::from_slice(&snapshot.state).map_err(|error| {
+                corrupt(format!(
+                    "snapshot at {} does not decode: {error}",
+                    snapshot.seq
+                ))
+            })?;
+            (snapshot.seq, snapshot.head, Some(state))
+        }
+        None => (0, Digest::ZERO, None),
+    };
+    let (mut head_seq, mut head) = (start_seq, start_head);
+    for record in &load.records {
+        // Each record is checked against the chain and decoded once.
+        let body = crate::log::check(head_seq, head, record)
+            .map_err(|error| corrupt(error.to_string()))?;
+        (head_seq, head) = (record.seq, record.hash);
+        let folded = match &mut state {
+            None => state.insert(TreeState::started(&body).map_err(|e| corrupt(e.to_string()))?),
+            Some(state) => {
+                state
+                    .apply(&body)
+                    .map_err(|error| corrupt(format!("record {}: {error}", record.seq)))?;
+                state
+            }
+        };
+        folded.history_bytes += record.body.len() as u64;
+    }
+    let state = state.ok_or(RecoverError::NotFound { tree })?;
+    if state.root != tree {
+        return Err(corrupt(format!("log names root {}", state.root)));
+    }
+    Ok((state, head_seq, head))
 }

@@ -1,0 +1,328 @@
+//! The errors of the engine's operation families, each with stable codes.
+//!
+//! One narrow enum per family: starting a root ([`StartError`]), taking up
+//! or reading a stored tree ([`RecoverError`]), delivering a host signal
+//! ([`SignalError`]), controlling a process ([`ControlError`]), reading a
+//! typed output ([`OutputError`]), and a tree's writer stopping without a
+//! result ([`RuntimeError`]).
+
+use crate::clock::Timestamp;
+use crate::digest::Digest;
+use crate::failure::{Failure, Termination};
+use crate::ids::{EffectId, ProcessId, Scope, SignalId, StartId, TreeId, WaitId};
+use crate::payload::PayloadError;
+use crate::store::StoreError;
+
+/// A tree's writer stopped without a result: the store failed or another
+/// writer fenced it. The log holds everything committed; recover elsewhere.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// The store failed; nothing after the last acknowledged commit is known.
+    #[error("tree {tree} stopped: storage failed after record {head_seq}: {error}")]
+    Storage {
+        /// The tree.
+        tree: TreeId,
+        /// The last acknowledged sequence.
+        head_seq: u64,
+        /// The storage error.
+        error: StoreError,
+    },
+    /// Another writer took the tree over.
+    #[error("tree {tree} stopped: another writer fenced this engine after record {head_seq}")]
+    Fenced {
+        /// The tree.
+        tree: TreeId,
+        /// The last acknowledged sequence.
+        head_seq: u64,
+    },
+    /// The log head moved underneath this writer.
+    #[error("tree {tree} stopped: the log head moved (expected {expected}, found {found})")]
+    Conflict {
+        /// The tree.
+        tree: TreeId,
+        /// The sequence this writer expected.
+        expected: u64,
+        /// The store's head.
+        found: u64,
+    },
+    /// The engine was closed or dropped.
+    #[error("tree {tree} stopped: the engine was closed")]
+    Closed {
+        /// The tree.
+        tree: TreeId,
+    },
+    /// Stored state could not be folded (engine defect or corrupt store).
+    #[error("tree {tree} stopped: {message}")]
+    Inconsistent {
+        /// The tree.
+        tree: TreeId,
+        /// What did not apply.
+        message: String,
+    },
+}
+
+impl RuntimeError {
+    /// Stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RuntimeError::Storage { .. } => "engine.tree.committer_failed",
+            RuntimeError::Fenced { .. } => "engine.tree.incarnation_conflict",
+            RuntimeError::Conflict { .. } => "engine.tree.committer_conflict",
+            RuntimeError::Closed { .. } => "engine.closed",
+            RuntimeError::Inconsistent { .. } => "engine.tree.inconsistent",
+        }
+    }
+}
+
+/// Why a start was refused. Nothing is written.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The input does not encode or fails the input schema (`contract`).
+    #[error("start refused: {0}")]
+    Input(Failure),
+    /// The program's `start`, `snapshot` or `restore` failed.
+    #[error("start refused: {0}")]
+    Program(Failure),
+    /// The start id names a tree with another program or input.
+    #[error(
+        "start refused (engine.start.conflict): {id:?} already names a tree with a different program or input"
+    )]
+    Conflict {
+        /// The start id.
+        id: StartId,
+    },
+    /// Another writer holds the tree's lease.
+    #[error("start refused (engine.lease.held): tree is held by {owner} until {until}")]
+    LeaseHeld {
+        /// The holder.
+        owner: String,
+        /// Expiry.
+        until: Timestamp,
+    },
+    /// Another writer took the tree's lease over between this start's
+    /// lease grant and its first record: nothing was written, and the tree
+    /// is the other writer's.
+    #[error(
+        "start refused (engine.tree.incarnation_conflict): another writer took tree {tree} over before the start was written"
+    )]
+    Fenced {
+        /// The tree.
+        tree: TreeId,
+    },
+    /// The stored tree could not be read.
+    #[error("start refused: {0}")]
+    Recover(#[from] RecoverError),
+    /// The store failed.
+    #[error("start refused: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl StartError {
+    /// Stable code.
+    pub fn code(&self) -> &str {
+        match self {
+            StartError::Input(failure) | StartError::Program(failure) => failure.code(),
+            StartError::Conflict { .. } => "engine.start.conflict",
+            StartError::LeaseHeld { .. } => "engine.lease.held",
+            StartError::Fenced { .. } => "engine.tree.incarnation_conflict",
+            StartError::Recover(error) => error.code(),
+            StartError::Store(_) => "engine.store.failed",
+        }
+    }
+}
+
+/// Why a stored tree could not be taken up. The stored tree is left untouched.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecoverError {
+    /// No tree with that id is stored.
+    #[error("engine.tree.not_found: no tree {tree}")]
+    NotFound {
+        /// The tree.
+        tree: TreeId,
+    },
+    /// The caller's scope is not the tree's.
+    #[error("engine.scope.mismatch: tree {tree} is not in scope {scope}")]
+    Scope {
+        /// The tree.
+        tree: TreeId,
+        /// The caller's scope.
+        scope: Scope,
+    },
+    /// A stored program is not in this engine's registry.
+    #[error(
+        "engine.program.unavailable: tree {tree} needs program {name} ({digest}), which is not registered"
+    )]
+    ProgramUnavailable {
+        /// The tree.
+        tree: TreeId,
+        /// The program's name.
+        name: String,
+        /// Its exact ref digest.
+        digest: Digest,
+    },
+    /// The log does not verify or does not fold.
+    #[error("engine.log.corrupt: tree {tree}: {message}")]
+    Corrupt {
+        /// The tree.
+        tree: TreeId,
+        /// What is wrong.
+        message: String,
+    },
+    /// Another writer holds a live lease.
+    #[error("engine.lease.held: tree {tree} is held by {owner} until {until}")]
+    LeaseHeld {
+        /// The tree.
+        tree: TreeId,
+        /// The holder.
+        owner: String,
+        /// Expiry.
+        until: Timestamp,
+    },
+    /// The store failed.
+    #[error("engine.store.failed: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl RecoverError {
+    /// Stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RecoverError::NotFound { .. } => "engine.tree.not_found",
+            RecoverError::Scope { .. } => "engine.scope.mismatch",
+            RecoverError::ProgramUnavailable { .. } => "engine.program.unavailable",
+            RecoverError::Corrupt { .. } => "engine.log.corrupt",
+            RecoverError::LeaseHeld { .. } => "engine.lease.held",
+            RecoverError::Store(_) => "engine.store.failed",
+        }
+    }
+}
+
+/// Why a host signal was refused. Nothing is written.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SignalError {
+    /// The process has terminated.
+    #[error("engine.signal.terminated: process {process} has terminated")]
+    Terminated {
+        /// The process.
+        process: ProcessId,
+    },
+    /// No wait with that id was ever opened by the process.
+    #[error("engine.signal.unknown_wait: process {process} has no wait {wait}")]
+    UnknownWait {
+        /// The process.
+        process: ProcessId,
+        /// The wait.
+        wait: WaitId,
+    },
+    /// The wait was already answered.
+    #[error("engine.signal.wait_closed: wait {wait} was already answered")]
+    WaitClosed {
+        /// The wait.
+        wait: WaitId,
+    },
+    /// The payload fails the answer or signal schema (`contract`).
+    #[error("{0}")]
+    Rejected(Failure),
+    /// The id was used before with different content.
+    #[error("engine.signal.conflict: signal {id} was admitted before with different content")]
+    Conflict {
+        /// The signal id.
+        id: SignalId,
+    },
+    /// The process's signal budget is spent; the process is unharmed.
+    #[error("engine.limit.signals: process {process} has no signal budget left")]
+    BudgetExhausted {
+        /// The process.
+        process: ProcessId,
+    },
+    /// The mailbox holds as many unconsumed signals as the tree allows.
+    #[error(
+        "engine.limit.pending_signals: process {process} already holds {limit} unconsumed signals"
+    )]
+    MailboxFull {
+        /// The process.
+        process: ProcessId,
+        /// The limit.
+        limit: u64,
+    },
+    /// The tree's writer stopped.
+    #[error(transparent)]
+    Stopped(#[from] RuntimeError),
+}
+
+impl SignalError {
+    /// Stable code.
+    pub fn code(&self) -> &str {
+        match self {
+            SignalError::Terminated { .. } => "engine.signal.terminated",
+            SignalError::UnknownWait { .. } => "engine.signal.unknown_wait",
+            SignalError::WaitClosed { .. } => "engine.signal.wait_closed",
+            SignalError::Rejected(failure) => failure.code(),
+            SignalError::Conflict { .. } => "engine.signal.conflict",
+            SignalError::BudgetExhausted { .. } => "engine.limit.signals",
+            SignalError::MailboxFull { .. } => "engine.limit.pending_signals",
+            SignalError::Stopped(error) => error.code(),
+        }
+    }
+}
+
+/// Why a control (cancel, kill, resolve, replay) was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// The process has terminated.
+    #[error("engine.control.terminated: process {process} has terminated")]
+    Terminated {
+        /// The process.
+        process: ProcessId,
+    },
+    /// The effect is not an unknown effect of a live process of the tree.
+    #[error("engine.effect.not_unknown: effect {effect} is not an unknown effect of tree {tree}")]
+    NotUnknown {
+        /// The tree.
+        tree: TreeId,
+        /// The effect.
+        effect: EffectId,
+    },
+    /// The resolution is itself unknown, or replay is not allowed.
+    #[error("engine.effect.resolution.invalid: {0}")]
+    Invalid(String),
+    /// The tree could not be found or taken up.
+    #[error(transparent)]
+    Recover(#[from] RecoverError),
+    /// The tree's writer stopped.
+    #[error(transparent)]
+    Stopped(#[from] RuntimeError),
+}
+
+impl ControlError {
+    /// Stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ControlError::Terminated { .. } => "engine.control.terminated",
+            ControlError::NotUnknown { .. } => "engine.effect.not_unknown",
+            ControlError::Invalid(_) => "engine.effect.resolution.invalid",
+            ControlError::Recover(error) => error.code(),
+            ControlError::Stopped(error) => error.code(),
+        }
+    }
+}
+
+/// Why a typed output could not be had.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OutputError {
+    /// The process did not complete.
+    #[error("process did not complete: {0}")]
+    NotCompleted(Termination),
+    /// The output does not decode into the requested type.
+    #[error(transparent)]
+    Decode(#[from] PayloadError),
+    /// The tree's writer stopped.
+    #[error(transparent)]
+    Stopped(#[from] RuntimeError),
+}

@@ -1,0 +1,421 @@
+//! The round's decisions over hand-built trees, without tokio: each test
+//! builds a fold by applying records, asks a decision, and checks the
+//! records it returns.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::*;
+use crate::budget::{Budget, Capabilities, Quota, TreeLimits};
+use crate::clock::Timestamp;
+use crate::descriptor::{Descriptor, Schema};
+use crate::failure::StepError;
+use crate::ids::{ChildKey, EffectId, ProcessId, SignalId, StartId};
+use crate::program::{
+    Definition, Execution, ExecutionState, ProgramConfig, Transition, configuration_digest,
+    implementation_digest,
+};
+
+/// A definition whose every step returns the transition it was built with.
+struct Scripted {
+    descriptor: Descriptor,
+    transition: Transition,
+    children: Vec<Program>,
+}
+
+struct ScriptedRun {
+    transition: Transition,
+}
+
+impl Definition for Scripted {
+    fn descriptor(&self) -> &Descriptor {
+        &self.descriptor
+    }
+
+    fn start(&self, _input: &Payload) -> Result<Box<dyn Execution>, StepError> {
+        Ok(Box::new(ScriptedRun {
+            transition: self.transition.clone(),
+        }))
+    }
+
+    fn restore(&self, _state: &ExecutionState) -> Result<Box<dyn Execution>, StepError> {
+        self.start(&Payload::null())
+    }
+
+    fn children(&self) -> Vec<Program> {
+        self.children.clone()
+    }
+}
+
+impl Execution for ScriptedRun {
+    fn step(&mut self, _window: &[Signal]) -> Result<Transition, StepError> {
+        Ok(self.transition.clone())
+    }
+
+    fn snapshot(&self) -> Result<ExecutionState, StepError> {
+        Ok(ExecutionState(Payload::null()))
+    }
+}
+
+fn program(name: &str, transition: Transition, children: Vec<Program>) -> Program {
+    let descriptor = Descriptor::new(
+        name,
+        "a scripted test program",
+        Schema::any(),
+        Schema::any(),
+    )
+    .expect("valid descriptor");
+    Program::new(ProgramConfig {
+        definition: Arc::new(Scripted {
+            descriptor,
+            transition,
+            children,
+        }),
+        dispatcher: None,
+        implementation: implementation_digest("round-tests", "1"),
+        configuration: configuration_digest(name).expect("encodes"),
+    })
+}
+
+fn complete() -> Transition {
+    Transition::Complete {
+        consumed: 0,
+        output: Payload::null(),
+    }
+}
+
+/// A tree whose root runs `root` with `budget`, as its start record makes it.
+fn tree(root: &Program, budget: Budget) -> TreeState {
+    let start = StartId::new("acme", "round").expect("valid");
+    let body = RecordBody::TreeStarted {
+        root: ProcessId::root(&start),
+        start,
+        program: root.reference().clone(),
+        input: Payload::null(),
+        budget,
+        capabilities: Capabilities::none(),
+        deadline: Some(Timestamp(1_000)),
+        limits: TreeLimits::default(),
+        state: ExecutionState(Payload::null()),
+    };
+    TreeState::started(&body).expect("a start record folds")
+}
+
+/// Adopts a step of `id` declaring `effects`, as the engine would stage it.
+fn declare(tree: &mut TreeState, id: ProcessId, effects: Vec<Effect>) -> Vec<EffectId> {
+    let step = tree.processes[&id].steps;
+    let ids = (0..effects.len())
+        .map(|index| EffectId::new(id, step, index as u32))
+        .collect();
+    let body = RecordBody::StepAdopted {
+        process: id,
+        step,
+        state: ExecutionState(Payload::null()),
+        transition: Transition::Continue {
+            consumed: 0,
+            effects,
+        },
+    };
+    tree.apply(&body).expect("the step applies");
+    ids
+}
+
+struct NoFlights;
+
+impl Flights for NoFlights {
+    fn carries(&self, _effect: EffectId) -> bool {
+        false
+    }
+
+    fn any_of(&self, _process: ProcessId) -> bool {
+        false
+    }
+}
+
+const FREE: Pass = Pass {
+    hold_waits: false,
+    may_step: true,
+};
+
+fn settled_code(record: &RecordBody) -> Option<&str> {
+    match record {
+        RecordBody::EffectSettled { settlement, .. } => match settlement {
+            Settlement::Failed { failure, .. } => Some(failure.code()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+#[test]
+fn a_runnable_root_steps_only_when_the_commit_has_room_and_its_completion_is_adopted() {
+    let root = program("test.root", complete(), Vec::new());
+    let tree = tree(&root, Budget::unlimited());
+    let id = tree.root;
+    assert!(matches!(next(&tree, id, &NoFlights, FREE), Next::Step));
+    assert!(matches!(
+        next(
+            &tree,
+            id,
+            &NoFlights,
+            Pass {
+                may_step: false,
+                ..FREE
+            }
+        ),
+        Next::Idle
+    ));
+    let stepped = step(&tree, id, &root, None);
+    assert!(
+        stepped.keep.is_none(),
+        "a completed process keeps no execution"
+    );
+    assert!(matches!(
+        stepped.record,
+        RecordBody::StepAdopted {
+            transition: Transition::Complete { .. },
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_step_over_its_budget_fails_the_process_with_engine_limit_steps() {
+    let root = program("test.root", complete(), Vec::new());
+    let budget = Budget {
+        steps: Quota::Finite(0),
+        ..Budget::unlimited()
+    };
+    let tree = tree(&root, budget);
+    let stepped = step(&tree, tree.root, &root, None);
+    let RecordBody::Terminated { termination, .. } = &stepped.record else {
+        panic!("expected a termination, got {:?}", stepped.record);
+    };
+    assert_eq!(
+        termination.failure().map(|f| f.code()),
+        Some("engine.limit.steps")
+    );
+}
+
+#[test]
+fn a_finite_parent_cannot_grant_an_unlimited_or_larger_budget() {
+    let root = program("test.root", complete(), Vec::new());
+    let budget = Budget {
+        steps: Quota::Finite(10),
+        ..Budget::unlimited()
+    };
+    let tree = tree(&root, budget);
+    let parent = &tree.processes[&tree.root];
+    let unlimited = grant_refusal(parent, &Budget::unlimited());
+    assert!(unlimited.is_some_and(|reason| reason.contains("unlimited steps")));
+    let larger = Budget {
+        steps: Quota::Finite(11),
+        ..Budget::unlimited()
+    };
+    assert!(grant_refusal(parent, &larger).is_some());
+    let fitting = Budget {
+        steps: Quota::Finite(10),
+        ..Budget::unlimited()
+    };
+    assert_eq!(grant_refusal(parent, &fitting), None);
+}
+
+#[test]
+fn a_child_start_is_refused_for_an_undeclared_program_and_started_for_a_declared_one() {
+    let child = program("test.child", complete(), Vec::new());
+    let stranger = program("test.stranger", complete(), Vec::new());
+    let root = program("test.root", complete(), vec![child.clone()]);
+    let mut tree = tree(&root, Budget::unlimited());
+    let id = tree.root;
+    let start_of = |program: &Program, key: &str| Effect::StartChild {
+        key: ChildKey::new(key).expect("valid"),
+        program: program.reference().digest,
+        input: Payload::null(),
+        budget: Budget::unlimited(),
+        capabilities: Capabilities::none(),
+    };
+    let effects = declare(
+        &mut tree,
+        id,
+        vec![start_of(&stranger, "a"), start_of(&child, "b")],
+    );
+    let Next::StartChild { effect, start } = next(&tree, id, &NoFlights, FREE) else {
+        panic!("the frontier is a child start");
+    };
+    assert_eq!(effect, effects[0]);
+    let refused = start_child(&tree, &root, id, effect, start);
+    assert!(refused.child.is_none());
+    assert_eq!(
+        settled_code(&refused.record),
+        Some("engine.child.program.undeclared")
+    );
+    tree.apply(&refused.record).expect("the refusal applies");
+    let Next::StartChild { effect, start } = next(&tree, id, &NoFlights, FREE) else {
+        panic!("the frontier is the second child start");
+    };
+    let started = start_child(&tree, &root, id, effect, start);
+    let Some((child_id, _, _)) = &started.child else {
+        panic!("expected a started child, got {:?}", started.record);
+    };
+    assert_eq!(
+        *child_id,
+        ProcessId::child(id, &ChildKey::new("b").expect("valid"))
+    );
+    assert!(matches!(started.record, RecordBody::ChildStarted { .. }));
+}
+
+#[test]
+fn a_children_wait_settles_only_once_its_condition_holds() {
+    let child = program("test.child", complete(), Vec::new());
+    let root = program("test.root", complete(), vec![child.clone()]);
+    let mut tree = tree(&root, Budget::unlimited());
+    let id = tree.root;
+    let key = ChildKey::new("c").expect("valid");
+    let effects = declare(
+        &mut tree,
+        id,
+        vec![
+            Effect::StartChild {
+                key: key.clone(),
+                program: child.reference().digest,
+                input: Payload::null(),
+                budget: Budget::unlimited(),
+                capabilities: Capabilities::none(),
+            },
+            Effect::WaitChildren {
+                keys: vec![key.clone()],
+                boundary: Boundary::Result,
+                condition: Condition::All,
+            },
+        ],
+    );
+    let Next::StartChild { effect, start } = next(&tree, id, &NoFlights, FREE) else {
+        panic!("the frontier is the child start");
+    };
+    let started = start_child(&tree, &root, id, effect, start);
+    tree.apply(&started.record).expect("the start applies");
+    assert!(
+        matches!(
+            next(
+                &tree,
+                id,
+                &NoFlights,
+                Pass {
+                    hold_waits: true,
+                    ..FREE
+                }
+            ),
+            Next::Idle
+        ),
+        "a held round leaves the wait alone"
+    );
+    let wait = ChildrenWait {
+        keys: std::slice::from_ref(&key),
+        boundary: Boundary::Result,
+        condition: Condition::All,
+    };
+    assert!(wait_children(&tree, id, effects[1], wait).is_none());
+    let child_id = ProcessId::child(id, &key);
+    let ended = end(&tree.processes[&child_id], child_id, Cause::Kill, "test");
+    tree.apply(&ended).expect("the child's end applies");
+    let wait = ChildrenWait {
+        keys: std::slice::from_ref(&key),
+        boundary: Boundary::Result,
+        condition: Condition::All,
+    };
+    let settled = wait_children(&tree, id, effects[1], wait).expect("the wait settles");
+    let (_, ready) = settled.ready.expect("the outcomes are handed to the fold");
+    assert_eq!(ready.len(), 1);
+    assert_eq!(ready[0].key, key);
+    let impossible = ChildrenWait {
+        keys: std::slice::from_ref(&key),
+        boundary: Boundary::Result,
+        condition: Condition::Quorum(2),
+    };
+    let refused = wait_children(&tree, id, effects[1], impossible).expect("refused at once");
+    assert_eq!(
+        settled_code(&refused.record),
+        Some("engine.child.wait.invalid")
+    );
+}
+
+#[test]
+fn a_kill_ends_the_process_and_every_live_descendant_parents_first() {
+    let child = program("test.child", complete(), Vec::new());
+    let root = program("test.root", complete(), vec![child.clone()]);
+    let mut tree = tree(&root, Budget::unlimited());
+    let id = tree.root;
+    declare(
+        &mut tree,
+        id,
+        vec![Effect::StartChild {
+            key: ChildKey::new("c").expect("valid"),
+            program: child.reference().digest,
+            input: Payload::null(),
+            budget: Budget::unlimited(),
+            capabilities: Capabilities::none(),
+        }],
+    );
+    let Next::StartChild { effect, start } = next(&tree, id, &NoFlights, FREE) else {
+        panic!("the frontier is the child start");
+    };
+    let started = start_child(&tree, &root, id, effect, start);
+    tree.apply(&started.record).expect("the start applies");
+    let mut records = Vec::new();
+    kill(&tree, id, &mut records);
+    let ended: Vec<ProcessId> = records
+        .iter()
+        .map(|record| match record {
+            RecordBody::Terminated { process, .. } => *process,
+            other => panic!("a kill stages terminations only, got {other:?}"),
+        })
+        .collect();
+    let child_id = ProcessId::child(id, &ChildKey::new("c").expect("valid"));
+    assert_eq!(ended, vec![id, child_id]);
+}
+
+#[test]
+fn a_deadline_ends_every_live_process_only_once_passed() {
+    let root = program("test.root", complete(), Vec::new());
+    let tree = tree(&root, Budget::unlimited());
+    assert!(deadline(&tree, Timestamp(999)).is_empty());
+    let records = deadline(&tree, Timestamp(1_000));
+    assert_eq!(records.len(), 1);
+    let RecordBody::Terminated { termination, .. } = &records[0] else {
+        panic!("expected a termination");
+    };
+    assert_eq!(termination.status(), crate::failure::Status::TimedOut);
+}
+
+#[test]
+fn a_host_signal_is_checked_before_anything_is_written() {
+    let root = program("test.root", complete(), Vec::new());
+    let tree = tree(&root, Budget::unlimited());
+    let programs = BTreeMap::from([(tree.root, root.clone())]);
+    let unaddressed = Signal {
+        id: SignalId::new("s-1").expect("valid"),
+        wait: None,
+        body: SignalBody::Input {
+            payload: Payload::null(),
+        },
+    };
+    // The descriptor's signal schema rejects unaddressed input by default.
+    let refused = check_signal(&tree, &programs, tree.root, &unaddressed);
+    assert!(matches!(refused, Err(SignalError::Rejected(_))));
+    let stranger = ProcessId::child(tree.root, &ChildKey::new("x").expect("valid"));
+    assert!(matches!(
+        check_signal(&tree, &programs, stranger, &unaddressed),
+        Err(SignalError::Terminated { .. })
+    ));
+}
+
+#[test]
+fn only_an_unknown_effect_can_be_resolved() {
+    let root = program("test.root", complete(), Vec::new());
+    let tree = tree(&root, Budget::unlimited());
+    let effect = EffectId::new(tree.root, 0, 0);
+    assert!(matches!(
+        unknown(&tree, effect),
+        Err(ControlError::NotUnknown { .. })
+    ));
+}
