@@ -139,10 +139,10 @@ const FREE: Pass = Pass {
 
 fn settled_code(record: &RecordBody) -> Option<&str> {
     match record {
-        RecordBody::EffectSettled { settlement, .. } => match settlement {
-            Settlement::Failed { failure, .. } => Some(failure.code()),
-            _ => None,
-        },
+        RecordBody::EffectSettled {
+            settlement: Settlement::Failed { failure, .. },
+            ..
+        } => Some(failure.code()),
         _ => None,
     }
 }
