@@ -1,0 +1,202 @@
+//! The command line: the usage text, the parsed [`Options`] with their
+//! defaults, and the work per run each workload's size option sets.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+
+use crate::store::StoreKind;
+use crate::workloads::state::STATE_STAGES;
+use crate::workloads::team::{TEAM_BATCH, TEAM_ROUNDS};
+use crate::workloads::{SMALL_RUNS, Workload};
+
+/// Help text, printed for `--help` and after a usage error.
+pub const USAGE: &str = "\
+usage: baton-bench [WORKLOAD...] [--store memory|sqlite] [--json] [--runs N]
+                   [--steps N] [--dispatches N] [--children N] [--resume N] [--idle N]
+
+workloads (all when none is named):
+  chain3      wall time per root of a three-transform workflow (1000 roots per run)
+  fanout5     wall time per root that starts five children and joins them (1000 roots per run)
+  state-1k    ms per stage of a ten-step chain carrying 1 KB of random state (also: marginal bytes per step)
+  state-30k   the same with 30 KB
+  state-250k  the same with 250 KB
+  step        wall time per step of a root that loops Continue with a counter state
+  dispatch    wall time per dispatch to an echo dispatcher (pending + settled + step)
+  children    wall time per child lifecycle (start, complete, wait), ten children at a time
+  team1000    wall time per worker task of a team running 1000 tasks, 100 at a time (also: coordinator turns)
+  resume1000  ms per tree to recover roots parked on an input gate with a fresh engine and answer them all
+              (sqlite: in a separate process)
+  idle        resident memory per process waiting on an input gate
+
+options:
+  --store S       memory, sqlite or memory,sqlite; repeatable (default: both)
+  --json          print only the JSON lines, not the table
+  --runs N        measured runs per workload and store after one warm-up (default 5)
+  --steps N       steps per `step` run (default 20000)
+  --dispatches N  dispatches per `dispatch` run (default 5000)
+  --children N    child lifecycles per `children` run (default 2000)
+  --resume N      parked roots per `resume1000` run (default 1000)
+  --idle N        waiting roots per `idle` run (default 100000, as W6 asks)";
+
+/// The parsed command line.
+#[derive(Debug)]
+pub struct Options {
+    /// The workloads to run, in the order named (all when none is).
+    pub workloads: Vec<Workload>,
+    /// The stores to run them on, in the order named (both when none is).
+    pub stores: Vec<StoreKind>,
+    /// Print only the JSON lines, not the table.
+    pub json: bool,
+    /// Measured runs per workload and store.
+    pub runs: usize,
+    /// Steps per `step` run.
+    pub steps: u64,
+    /// Dispatches per `dispatch` run.
+    pub dispatches: u64,
+    /// Child lifecycles per `children` run.
+    pub children: u64,
+    /// Parked roots per `resume1000` run.
+    pub resume: usize,
+    /// Waiting roots per `idle` run.
+    pub idle: usize,
+    /// Hidden: run one workload on the one store named in this process and
+    /// print its samples.
+    pub worker: Option<Workload>,
+    /// Hidden, with `--worker`: run once before the measured runs.
+    pub warm_up: bool,
+    /// Hidden: run the second phase of `resume1000` on this SQLite file and
+    /// print its sample.
+    pub resume_phase2: Option<PathBuf>,
+}
+
+impl Options {
+    /// Parses the arguments after the program name; a usage error carries
+    /// the usage text.
+    pub fn parse(args: &[String]) -> Result<Options> {
+        let mut options = Options {
+            workloads: Vec::new(),
+            stores: Vec::new(),
+            json: false,
+            runs: 5,
+            steps: 20_000,
+            dispatches: 5_000,
+            children: 2_000,
+            resume: 1_000,
+            idle: 100_000,
+            worker: None,
+            warm_up: false,
+            resume_phase2: None,
+        };
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            let mut value = |flag: &str, what: &str| -> Result<&String> {
+                args.next()
+                    .with_context(|| format!("`{flag}` needs {what}\n\n{USAGE}"))
+            };
+            let number = |flag: &str, value: &str| -> Result<u64> {
+                match value.parse::<u64>() {
+                    Ok(n) if n > 0 => Ok(n),
+                    _ => bail!("`{flag}` needs a positive number, got `{value}`\n\n{USAGE}"),
+                }
+            };
+            match arg.as_str() {
+                "--json" => options.json = true,
+                "--runs" => options.runs = usize::try_from(number(arg, value(arg, "a number")?)?)?,
+                "--steps" => options.steps = number(arg, value(arg, "a number")?)?,
+                "--dispatches" => options.dispatches = number(arg, value(arg, "a number")?)?,
+                "--children" => options.children = number(arg, value(arg, "a number")?)?,
+                "--resume" => {
+                    options.resume = usize::try_from(number(arg, value(arg, "a number")?)?)?;
+                }
+                "--idle" => options.idle = usize::try_from(number(arg, value(arg, "a number")?)?)?,
+                "--store" => {
+                    for name in value(arg, "a store")?.split(',') {
+                        let store = StoreKind::parse(name.trim()).with_context(|| {
+                            format!("unknown store `{name}` (memory or sqlite)\n\n{USAGE}")
+                        })?;
+                        if !options.stores.contains(&store) {
+                            options.stores.push(store);
+                        }
+                    }
+                }
+                "--warm-up" => options.warm_up = true,
+                "--worker" => {
+                    let name = value(arg, "a workload")?;
+                    options.worker = Some(
+                        Workload::parse(name)
+                            .with_context(|| format!("unknown workload `{name}`\n\n{USAGE}"))?,
+                    );
+                }
+                "--resume-phase2" => {
+                    options.resume_phase2 = Some(PathBuf::from(value(arg, "a database path")?));
+                }
+                other => match Workload::parse(other) {
+                    Some(workload) if !options.workloads.contains(&workload) => {
+                        options.workloads.push(workload);
+                    }
+                    Some(_) => {}
+                    None => bail!("unknown argument `{other}`\n\n{USAGE}"),
+                },
+            }
+        }
+        if options.workloads.is_empty() {
+            options.workloads = Workload::ALL.to_vec();
+        }
+        if options.stores.is_empty() {
+            options.stores = StoreKind::ALL.to_vec();
+        }
+        Ok(options)
+    }
+
+    /// The work per run: steps, dispatches, tasks, roots or stages.
+    pub fn size(&self, workload: Workload) -> u64 {
+        match workload {
+            Workload::Step => self.steps,
+            Workload::Dispatch => self.dispatches,
+            Workload::Idle => self.idle as u64,
+            Workload::Children => self.children,
+            Workload::Team1000 => TEAM_ROUNDS * TEAM_BATCH,
+            Workload::Resume1000 => self.resume as u64,
+            Workload::Chain3 | Workload::Fanout5 => SMALL_RUNS,
+            Workload::State1k | Workload::State30k | Workload::State250k => STATE_STAGES,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_parse() {
+        let args: Vec<String> = ["idle", "step", "--runs", "3", "--idle", "100", "--json"]
+            .map(String::from)
+            .to_vec();
+        let options = Options::parse(&args).unwrap();
+        assert_eq!(options.workloads, [Workload::Idle, Workload::Step]);
+        assert_eq!((options.runs, options.idle, options.json), (3, 100, true));
+        assert_eq!(options.stores, StoreKind::ALL, "both stores by default");
+        assert!(Options::parse(&["nope".to_owned()]).is_err());
+        assert!(Options::parse(&["--runs".to_owned(), "0".to_owned()]).is_err());
+        assert_eq!(Options::parse(&[]).unwrap().workloads, Workload::ALL);
+        let stores = |args: &[&str]| {
+            let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+            Options::parse(&args).map(|o| o.stores)
+        };
+        assert_eq!(stores(&["--store", "sqlite"]).unwrap(), [StoreKind::Sqlite]);
+        assert_eq!(
+            stores(&["--store", "sqlite,memory"]).unwrap(),
+            [StoreKind::Sqlite, StoreKind::Memory]
+        );
+        assert_eq!(
+            stores(&[
+                "--store", "memory", "--store", "sqlite", "--store", "memory"
+            ])
+            .unwrap(),
+            [StoreKind::Memory, StoreKind::Sqlite]
+        );
+        assert!(stores(&["--store", "postgres"]).is_err());
+        assert!(stores(&["--store"]).is_err());
+    }
+}

@@ -1,0 +1,106 @@
+//! A measured phase and what comes of it: [`Phase`] reads the clocks, the
+//! CPU time, the store's bytes and the bytes handed to `write(2)` at its
+//! start, [`Measured`] is their growth at its end, and a [`Sample`] is the
+//! figures of one run that a worker reports.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use crate::probe::{cpu_ns, io_written, now};
+use crate::store::{BenchStore, StoreKind};
+
+/// The start of a measured phase.
+pub struct Phase {
+    kind: StoreKind,
+    bytes: u64,
+    io: u64,
+    cpu: u64,
+    t0: Instant,
+}
+
+impl Phase {
+    /// Starts measuring, given the store's `bytes` written so far.
+    pub fn begin(kind: StoreKind, bytes: u64) -> Phase {
+        let (io, cpu) = (io_written(), cpu_ns());
+        Phase {
+            kind,
+            bytes,
+            io,
+            cpu,
+            t0: now(),
+        }
+    }
+
+    /// Starts measuring on `store`.
+    pub async fn on(store: &BenchStore) -> Result<Phase> {
+        Ok(Phase::begin(store.kind, store.bytes_written().await?))
+    }
+
+    /// Stops the clocks, then reads what `store` wrote during the phase.
+    pub async fn end(self, store: &BenchStore) -> Result<Measured> {
+        let (t1, cpu, io) = (now(), cpu_ns(), io_written());
+        let bytes = store.bytes_written().await?;
+        Ok(Measured {
+            seconds: t1.duration_since(self.t0).as_secs_f64(),
+            cpu_ns: cpu.saturating_sub(self.cpu),
+            bytes: bytes.saturating_sub(self.bytes),
+            io: (self.kind == StoreKind::Sqlite).then(|| io.saturating_sub(self.io)),
+        })
+    }
+}
+
+/// What a measured phase took and wrote.
+#[derive(Clone, Copy, Debug)]
+pub struct Measured {
+    /// Wall time of the phase.
+    pub seconds: f64,
+    cpu_ns: u64,
+    /// Bytes written to the store.
+    pub bytes: u64,
+    /// Bytes handed to `write(2)` (SQLite only).
+    io: Option<u64>,
+}
+
+impl Measured {
+    /// A sample over `units` units of work whose figure is wall time per
+    /// unit, scaled by `scale` (1e6 for µs, 1e3 for ms); CPU time is in µs.
+    pub fn per(&self, units: u64, scale: f64) -> Sample {
+        let units = units as f64;
+        Sample {
+            figure: self.seconds * scale / units,
+            cpu: Some(self.cpu_ns as f64 / 1e3 / units),
+            bytes_written: self.bytes as f64 / units,
+            io_bytes: self.io.map(|io| io as f64 / units),
+            ..Sample::default()
+        }
+    }
+}
+
+/// The figures of one run.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct Sample {
+    /// The headline figure, in the workload's unit.
+    pub figure: f64,
+    /// CPU microseconds per unit of work, when the figure is a time.
+    pub cpu: Option<f64>,
+    /// Store bytes per unit of work.
+    pub bytes_written: f64,
+    /// Bytes handed to `write(2)` per unit of work (SQLite only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_bytes: Option<f64>,
+    /// Store bytes per extra stage (`state-*` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marginal_bytes: Option<f64>,
+    /// Seconds of the whole measured phase (`resume1000` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_seconds: Option<f64>,
+    /// Coordinator turns (`team1000` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turns: Option<u64>,
+    /// Peak resident memory of a helper process (the second phase of
+    /// `resume1000` on SQLite).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_rss_bytes: Option<u64>,
+}
