@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::program::BoxFuture;
+use crate::protocol::BoxFuture;
 
 /// Milliseconds since the Unix epoch.
 #[derive(

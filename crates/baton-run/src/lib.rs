@@ -13,6 +13,21 @@
 //! applications use the `baton` facade, which re-exports this crate as
 //! `baton::run`.
 //!
+//! ## Where things are
+//!
+//! - The crate root holds what a host uses to run work: the [`Engine`] and
+//!   its configuration, requests and handles, views and events, errors,
+//!   ids, payloads, budgets, failures, clocks, [`Program`] and
+//!   [`MemoryStore`].
+//! - [`program`]: what a program's author implements and returns: the
+//!   [`Definition`](program::Definition) / [`Execution`](program::Execution)
+//!   step protocol, transitions, effects, signals, descriptors and schemas.
+//! - [`dispatch`]: the seam for effects that reach the outside world, for
+//!   implementors of a [`Dispatcher`](dispatch::Dispatcher).
+//! - [`store`]: the storage contract, for implementors of a
+//!   [`Store`](store::Store) backend (and hosts that list trees).
+//! - [`log`]: the records of a tree's hash-chained log.
+//!
 //! The kernel deliberately knows nothing of chat, models, teams, workflows,
 //! SQL or HTTP: those are programs, dispatchers and stores built on it.
 //!
@@ -35,31 +50,57 @@ mod failure;
 mod ids;
 pub mod log;
 mod payload;
-mod program;
-mod store;
+mod protocol;
+mod storage;
 
 pub use budget::{Budget, Capabilities, Dimension, Meters, Quota, TreeLimits, Usage};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
-pub use descriptor::{Descriptor, DescriptorError, Schema, SchemaError, SchemaViolation};
-pub use digest::{Digest, DigestParseError, Purpose};
+pub use digest::{Digest, DigestParseError};
 pub use engine::{
-    ControlError, EffectView, Engine, EngineConfig, Event, EventKind, OutputError, ProcessHandle,
-    ProcessView, RecoverError, RecoverOptions, RuntimeError, SignalError, SignalReceipt,
-    SignalRequest, Sleep, StartError, StartRequest, TreeCapture, TreeView, WaitView,
+    ConfigError, ControlError, EffectView, Engine, EngineConfig, Event, EventKind, OutputError,
+    ProcessHandle, ProcessView, RecoverOptions, RuntimeError, SignalError, SignalReceipt,
+    SignalRequest, Sleep, StartError, StartRequest, Started, TreeCapture, TreeError, TreeView,
+    Visibility, WaitView,
 };
-pub use failure::{Cause, Failure, FailureKind, Status, StepError, Termination};
+pub use failure::{Cause, Failure, FailureKind, Status, Termination};
 pub use ids::{
     ChildKey, EffectId, IdError, Name, ProcessId, Scope, SignalId, StartId, StartKey, TreeId,
     WaitId,
 };
-pub use payload::{Payload, PayloadError, PayloadWriter, WriteError, deserialize_present};
-pub use program::{
-    Boundary, BoxFuture, Cancellation, ChildOutcome, ChildSignal, Condition, Definition, DeltaSink,
-    DispatchCall, Dispatcher, Effect, Execution, ExecutionState, Program, ProgramConfig,
-    ProgramRef, ReplayPolicy, Settlement, Signal, SignalBody, Transition, configuration_digest,
-    implementation_digest,
-};
-pub use store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, Lease, ListFilter, MemoryStore, Store,
-    StoreError, TreeLoad, TreeMeta, TreeStatus,
-};
+pub use payload::{Payload, PayloadError};
+pub use protocol::{BoxFuture, Program, ProgramRef, Settlement};
+pub use storage::MemoryStore;
+
+/// What a program's author implements and returns: the step protocol
+/// ([`Definition`], [`Execution`], [`Transition`]), effects and signals,
+/// descriptors and schemas, and the helpers that build payloads and
+/// program identities.
+pub mod program {
+    pub use crate::descriptor::{Descriptor, DescriptorError, Schema, SchemaError, SchemaViolation};
+    pub use crate::digest::Purpose;
+    pub use crate::failure::StepError;
+    pub use crate::payload::{PayloadWriter, WriteError, deserialize_present};
+    pub use crate::protocol::{
+        Boundary, ChildOutcome, ChildSignal, Condition, Definition, Effect, Execution,
+        ExecutionState, ProgramConfig, Signal, SignalBody, Transition, configuration_digest,
+        implementation_digest,
+    };
+}
+
+/// The seam for effects that reach the outside world: a program's
+/// [`Dispatcher`] carries out its `Dispatch` effects, told by its
+/// [`ReplayPolicy`] whether an effect may be sent again after a crash.
+pub mod dispatch {
+    pub use crate::protocol::{Cancellation, DeltaSink, DispatchCall, Dispatcher, ReplayPolicy};
+}
+
+/// The storage contract: a [`Store`] persists many trees' logs and
+/// snapshots under leases with fencing tokens. Implement it for a new
+/// backend and check it with `baton-testkit`'s conformance kits; hosts
+/// use [`Store::list`] to list trees.
+pub mod store {
+    pub use crate::storage::{
+        AcquireRequest, Acquired, Append, AppendOutcome, ErrorSource, Lease, ListFilter, Store,
+        StoreError, TreeLoad, TreeMeta, TreeStatus,
+    };
+}

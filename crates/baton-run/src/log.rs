@@ -15,7 +15,7 @@ use crate::digest::{Digest, Purpose};
 use crate::failure::{Cause, Termination};
 use crate::ids::{ChildKey, EffectId, ProcessId, StartId};
 use crate::payload::Payload;
-use crate::program::{ExecutionState, ProgramRef, Settlement, Signal, Transition};
+use crate::protocol::{ExecutionState, ProgramRef, Settlement, Signal, Transition};
 
 /// The kind of a record, stored beside its body for listing and fault injection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

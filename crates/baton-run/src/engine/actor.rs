@@ -20,10 +20,10 @@ use tracing::Instrument;
 use crate::clock::Timestamp;
 use crate::ids::{EffectId, ProcessId, TreeId};
 use crate::log::{Record, RecordBody};
-use crate::program::{
+use crate::protocol::{
     ChildOutcome, Execution, Program, Settlement, Signal, SignalBody, Transition,
 };
-use crate::store::{Append, AppendOutcome, TreeMeta};
+use crate::storage::{Append, AppendOutcome, TreeMeta};
 
 use super::dispatch::{Completion, DispatchJob, Dispatches, Launch, launch};
 use super::error::{ControlError, RuntimeError, SignalError};
@@ -31,7 +31,7 @@ use super::lifecycle::{Owner, Sleeper, SnapshotPace};
 use super::round::{self, ChildrenWait, Next, Pass};
 use super::shared::{Door, TreeShared};
 use super::state::TreeState;
-use super::view::{Event, EventKind, TreeView};
+use super::view::{Event, EventKind, TreeView, Visibility};
 use super::{EngineInner, SignalReceipt, SignalRequest, Sleep};
 
 /// A request from a handle to the tree's owner task.
@@ -813,7 +813,7 @@ impl Actor {
     /// runtime stop (fenced, head moved, storage failed).
     fn check_outcome(
         &self,
-        outcome: Result<AppendOutcome, crate::store::StoreError>,
+        outcome: Result<AppendOutcome, crate::storage::StoreError>,
     ) -> Result<(), RuntimeError> {
         let (tree, head_seq) = (self.tree, self.owner.head_seq);
         match outcome {
@@ -838,7 +838,7 @@ impl Actor {
                 &self.state,
                 self.owner.head_seq,
                 self.owner.head,
-                false,
+                Visibility::Public,
             )));
         }
         for action in std::mem::take(&mut self.after) {

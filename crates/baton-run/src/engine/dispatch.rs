@@ -16,7 +16,7 @@ use crate::budget::Meters;
 use crate::clock::Clock;
 use crate::ids::{EffectId, ProcessId, TreeId};
 use crate::payload::Payload;
-use crate::program::{Cancellation, DeltaSink, DispatchCall, Dispatcher, Settlement};
+use crate::protocol::{Cancellation, DeltaSink, DispatchCall, Dispatcher, Settlement};
 
 use super::round::{Flights, panic_failure};
 use super::view::{Event, EventKind};

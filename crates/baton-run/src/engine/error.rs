@@ -1,7 +1,7 @@
 //! The errors of the engine's operation families, each with stable codes.
 //!
-//! One narrow enum per family: starting a root ([`StartError`]), taking up
-//! or reading a stored tree ([`RecoverError`]), delivering a host signal
+//! One narrow enum per family: starting a root ([`StartError`]), reading or
+//! taking up a stored tree ([`TreeError`]), delivering a host signal
 //! ([`SignalError`]), controlling a process ([`ControlError`]), reading a
 //! typed output ([`OutputError`]), and a tree's writer stopping without a
 //! result ([`RuntimeError`]).
@@ -11,7 +11,7 @@ use crate::digest::Digest;
 use crate::failure::{Failure, Termination};
 use crate::ids::{EffectId, ProcessId, Scope, SignalId, StartId, TreeId, WaitId};
 use crate::payload::PayloadError;
-use crate::store::StoreError;
+use crate::storage::StoreError;
 
 /// A tree's writer stopped without a result: the store failed or another
 /// writer fenced it. The log holds everything committed; recover elsewhere.
@@ -111,9 +111,27 @@ pub enum StartError {
         /// The tree.
         tree: TreeId,
     },
+    /// The program is not registered with this engine.
+    #[error(
+        "start refused (engine.program.unregistered): program {name} ({digest}) is not registered; add it to EngineConfig::programs"
+    )]
+    Unregistered {
+        /// The program's name.
+        name: String,
+        /// Its exact ref digest.
+        digest: Digest,
+    },
+    /// No program of that name is registered with this engine.
+    #[error(
+        "start refused (engine.program.unknown): no program named {name} is registered; add it to EngineConfig::programs"
+    )]
+    UnknownProgram {
+        /// The name asked for.
+        name: String,
+    },
     /// The stored tree could not be read.
     #[error("start refused: {0}")]
-    Recover(#[from] RecoverError),
+    Tree(#[from] TreeError),
     /// The store failed.
     #[error("start refused: {0}")]
     Store(#[from] StoreError),
@@ -127,16 +145,26 @@ impl StartError {
             StartError::Conflict { .. } => "engine.start.conflict",
             StartError::LeaseHeld { .. } => "engine.lease.held",
             StartError::Fenced { .. } => "engine.tree.incarnation_conflict",
-            StartError::Recover(error) => error.code(),
+            StartError::Unregistered { .. } => "engine.program.unregistered",
+            StartError::UnknownProgram { .. } => "engine.program.unknown",
+            StartError::Tree(error) => error.code(),
             StartError::Store(_) => "engine.store.failed",
         }
     }
 }
 
-/// Why a stored tree could not be taken up. The stored tree is left untouched.
+/// Why a stored tree could not be read or taken up (by [`Engine::process`],
+/// [`Engine::recover`], [`Engine::inspect`], [`Engine::capture`] and
+/// [`Engine::verify`]). The stored tree is left untouched.
+///
+/// [`Engine::process`]: super::Engine::process
+/// [`Engine::recover`]: super::Engine::recover
+/// [`Engine::inspect`]: super::Engine::inspect
+/// [`Engine::capture`]: super::Engine::capture
+/// [`Engine::verify`]: super::Engine::verify
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum RecoverError {
+pub enum TreeError {
     /// No tree with that id is stored.
     #[error("engine.tree.not_found: no tree {tree}")]
     NotFound {
@@ -186,16 +214,16 @@ pub enum RecoverError {
     Store(#[from] StoreError),
 }
 
-impl RecoverError {
+impl TreeError {
     /// Stable code.
     pub fn code(&self) -> &'static str {
         match self {
-            RecoverError::NotFound { .. } => "engine.tree.not_found",
-            RecoverError::Scope { .. } => "engine.scope.mismatch",
-            RecoverError::ProgramUnavailable { .. } => "engine.program.unavailable",
-            RecoverError::Corrupt { .. } => "engine.log.corrupt",
-            RecoverError::LeaseHeld { .. } => "engine.lease.held",
-            RecoverError::Store(_) => "engine.store.failed",
+            TreeError::NotFound { .. } => "engine.tree.not_found",
+            TreeError::Scope { .. } => "engine.scope.mismatch",
+            TreeError::ProgramUnavailable { .. } => "engine.program.unavailable",
+            TreeError::Corrupt { .. } => "engine.log.corrupt",
+            TreeError::LeaseHeld { .. } => "engine.lease.held",
+            TreeError::Store(_) => "engine.store.failed",
         }
     }
 }
@@ -293,7 +321,7 @@ pub enum ControlError {
     Invalid(String),
     /// The tree could not be found or taken up.
     #[error(transparent)]
-    Recover(#[from] RecoverError),
+    Tree(#[from] TreeError),
     /// The tree's writer stopped.
     #[error(transparent)]
     Stopped(#[from] RuntimeError),
@@ -306,7 +334,7 @@ impl ControlError {
             ControlError::Terminated { .. } => "engine.control.terminated",
             ControlError::NotUnknown { .. } => "engine.effect.not_unknown",
             ControlError::Invalid(_) => "engine.effect.resolution.invalid",
-            ControlError::Recover(error) => error.code(),
+            ControlError::Tree(error) => error.code(),
             ControlError::Stopped(error) => error.code(),
         }
     }

@@ -12,10 +12,50 @@ use crate::ids::{ChildKey, ProcessId, Scope, TreeId};
 use crate::payload::Payload;
 
 use super::actor::Command;
-use super::error::{ControlError, OutputError, RecoverError, RuntimeError, SignalError};
+use super::error::{ControlError, OutputError, TreeError, RuntimeError, SignalError};
 use super::shared::TreeShared;
-use super::view::TreeView;
+use super::view::{TreeView, Visibility};
 use super::{EngineInner, SignalReceipt, SignalRequest};
+
+/// What a start returned: the root of a new tree, or of the tree the same
+/// start made before. It dereferences to the [`ProcessHandle`].
+pub enum Started<O = Payload> {
+    /// The start made a new tree; its first record is durable.
+    New(ProcessHandle<O>),
+    /// The same start id was started before with the same program and input.
+    Existing(ProcessHandle<O>),
+}
+
+impl<O> Started<O> {
+    /// Whether this start made the tree.
+    pub fn is_new(&self) -> bool {
+        matches!(self, Started::New(_))
+    }
+
+    /// The root's handle.
+    pub fn into_handle(self) -> ProcessHandle<O> {
+        match self {
+            Started::New(handle) | Started::Existing(handle) => handle,
+        }
+    }
+}
+
+impl<O> std::ops::Deref for Started<O> {
+    type Target = ProcessHandle<O>;
+
+    fn deref(&self) -> &ProcessHandle<O> {
+        match self {
+            Started::New(handle) | Started::Existing(handle) => handle,
+        }
+    }
+}
+
+impl<O> std::fmt::Debug for Started<O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = if self.is_new() { "New" } else { "Existing" };
+        f.debug_tuple(kind).field(&**self).finish()
+    }
+}
 
 /// A handle on a root process.
 pub struct ProcessHandle<O = Payload> {
@@ -227,9 +267,9 @@ impl<O> ProcessHandle<O> {
                     .store
                     .load(self.shared.tree)
                     .await
-                    .map_err(RecoverError::from)?;
+                    .map_err(TreeError::from)?;
                 let (state, seq, head) = self.engine.checked_fold(self.shared.tree, &load, None)?;
-                Ok(TreeView::of(&state, seq, head, false))
+                Ok(TreeView::of(&state, seq, head, Visibility::Public))
             }
             other => other,
         }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::clock::Timestamp;
 use crate::ids::TreeId;
-use crate::store::{AcquireRequest, Acquired, Lease, StoreError, TreeLoad};
+use crate::storage::{AcquireRequest, Acquired, Lease, StoreError, TreeLoad};
 
 use super::EngineInner;
 

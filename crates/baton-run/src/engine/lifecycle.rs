@@ -16,11 +16,11 @@ use crate::failure::Failure;
 use crate::ids::{ProcessId, TreeId};
 use crate::log::{Record, RecordBody};
 use crate::payload::Payload;
-use crate::program::{Execution, Program};
-use crate::store::{Append, AppendOutcome, TreeMeta};
+use crate::protocol::{Execution, Program};
+use crate::storage::{Append, AppendOutcome, TreeMeta};
 
 use super::actor::{Actor, Channels, Command};
-use super::error::{RecoverError, RuntimeError, StartError};
+use super::error::{TreeError, RuntimeError, StartError};
 use super::lease::{Held, acquire};
 use super::round::{InitError, initialize};
 use super::shared::{Door, Published, Publisher, TreeOutcome, TreeShared};
@@ -187,12 +187,12 @@ pub(super) async fn resume(
     engine: &Arc<EngineInner>,
     tree: TreeId,
     force: bool,
-) -> Result<Arc<TreeShared>, RecoverError> {
+) -> Result<Arc<TreeShared>, TreeError> {
     let (lease, load) = match acquire(engine, tree, force).await {
         Ok(granted) => granted,
         Err(Held::Store(error)) => return Err(error.into()),
         Err(Held::Lease { owner, until }) => {
-            return Err(RecoverError::LeaseHeld { tree, owner, until });
+            return Err(TreeError::LeaseHeld { tree, owner, until });
         }
     };
     let folded = match fold(tree, &load) {
@@ -238,7 +238,7 @@ fn spawn(
     folded: (TreeState, u64, Digest),
     token: u64,
     executions: BTreeMap<ProcessId, Box<dyn Execution>>,
-) -> Result<Arc<TreeShared>, RecoverError> {
+) -> Result<Arc<TreeShared>, TreeError> {
     let (shared, actor) = prepare(engine, folded, token, executions)?;
     spawn_owner(engine, shared.tree, actor.run());
     Ok(shared)
@@ -252,7 +252,7 @@ fn prepare(
     (state, head_seq, head): (TreeState, u64, Digest),
     token: u64,
     executions: BTreeMap<ProcessId, Box<dyn Execution>>,
-) -> Result<(Arc<TreeShared>, Actor), RecoverError> {
+) -> Result<(Arc<TreeShared>, Actor), TreeError> {
     let tree = state.root;
     let programs = programs_of(engine, &state)?;
     let root = &state.processes[&tree];
@@ -279,7 +279,7 @@ fn prepare(
         engine, &shared, state, owner, programs, executions, channels,
     );
     {
-        let mut door = shared.door.lock().map_err(|_| RecoverError::Corrupt {
+        let mut door = shared.door.lock().map_err(|_| TreeError::Corrupt {
             tree,
             message: "a tree's door lock was poisoned".into(),
         })?;
@@ -295,14 +295,14 @@ fn prepare(
 fn programs_of(
     engine: &EngineInner,
     state: &TreeState,
-) -> Result<BTreeMap<ProcessId, Program>, RecoverError> {
+) -> Result<BTreeMap<ProcessId, Program>, TreeError> {
     let mut programs = BTreeMap::new();
     for (id, process) in &state.processes {
         if process.termination.is_some() {
             continue;
         }
         let program = engine.program(&process.program.digest).ok_or_else(|| {
-            RecoverError::ProgramUnavailable {
+            TreeError::ProgramUnavailable {
                 tree: state.root,
                 name: process.program.name.to_string(),
                 digest: process.program.digest,

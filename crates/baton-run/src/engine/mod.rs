@@ -16,6 +16,7 @@
 //! - `view.rs`: projections of committed state and the event stream.
 
 mod actor;
+mod config;
 mod dispatch;
 mod error;
 mod handle;
@@ -27,107 +28,34 @@ mod state;
 mod view;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use serde::Serialize;
 use tokio::sync::{broadcast, oneshot};
 
 use crate::budget::{Budget, Capabilities, TreeLimits};
-use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::clock::{Clock, Timestamp};
 use crate::digest::Digest;
 use crate::failure::Failure;
-use crate::ids::{EffectId, ProcessId, Scope, SignalId, StartId, TreeId, WaitId};
+use crate::ids::{EffectId, Name, ProcessId, Scope, SignalId, StartId, TreeId, WaitId};
 use crate::payload::Payload;
-use crate::program::{Program, Settlement};
-use crate::store::{ListFilter, Store, StoreError, TreeLoad, TreeStatus};
+use crate::protocol::{Program, Settlement};
+use crate::storage::{ListFilter, Store, StoreError, TreeLoad, TreeStatus};
 
-pub use error::{ControlError, OutputError, RecoverError, RuntimeError, SignalError, StartError};
-pub use handle::ProcessHandle;
-pub use view::{EffectView, Event, EventKind, ProcessView, TreeCapture, TreeView, WaitView};
+pub use config::{ConfigError, EngineConfig, Sleep};
+pub use error::{ControlError, OutputError, RuntimeError, SignalError, StartError, TreeError};
+pub use handle::{ProcessHandle, Started};
+pub use view::{
+    EffectView, Event, EventKind, ProcessView, TreeCapture, TreeView, Visibility, WaitView,
+};
+
+use config::Registry;
 
 use actor::Command;
 use lifecycle::{StartKey, StartOutcome};
 use shared::TreeShared;
 use state::{TreeState, fold};
-
-/// How an engine is built.
-pub struct EngineConfig {
-    /// Where logs and snapshots live.
-    pub store: Arc<dyn Store>,
-    /// The programs this engine may run or recover (exact `ProgramRef` →
-    /// `Program`; bound children are registered with their parents).
-    pub programs: Vec<Program>,
-    /// The source of time for deadlines, leases and timers.
-    pub clock: Arc<dyn Clock>,
-    /// Lease time-to-live for tree writers.
-    pub lease_ttl: Duration,
-    /// The most steps a tree takes before committing (group commit bound;
-    /// 256 by default, so a round of a hundred quick children commits once).
-    pub max_steps_per_commit: usize,
-    /// Write a snapshot after this many records.
-    pub snapshot_every: u64,
-    /// Events buffered per subscriber before slow subscribers lag.
-    pub event_capacity: usize,
-    /// Limits given to every tree this engine starts (recorded with the tree).
-    pub limits: TreeLimits,
-    /// What an idle tree (nothing staged or in flight, no deadline) keeps
-    /// in memory while it waits for a command.
-    pub sleep: Sleep,
-}
-
-/// What an idle tree keeps in memory while it waits (for input, an answer,
-/// a resolution). A tree waiting for a person may wait for days; a host may
-/// hold many thousands of them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Sleep {
-    /// Its owner task keeps running, with everything in memory.
-    Awake,
-    /// Its owner task ends; its state stays in memory, packed as JSON, and
-    /// is unpacked when a command wakes it.
-    Packed,
-    /// Its owner task ends and its state leaves memory: only the lease and
-    /// what its handles share stay. A command reloads it from the store
-    /// (one load and fold), after checking that nobody wrote to it meanwhile.
-    #[default]
-    Unloaded,
-}
-
-impl EngineConfig {
-    /// Defaults: system clock, 30 s leases, 64 steps per commit, a snapshot
-    /// every 512 records, 4096 buffered events.
-    pub fn new(store: impl Store) -> EngineConfig {
-        EngineConfig::with_store(Arc::new(store))
-    }
-
-    /// Defaults over a shared store.
-    pub fn with_store(store: Arc<dyn Store>) -> EngineConfig {
-        EngineConfig {
-            store,
-            programs: Vec::new(),
-            clock: Arc::new(SystemClock),
-            lease_ttl: Duration::from_secs(30),
-            max_steps_per_commit: 256,
-            snapshot_every: 512,
-            event_capacity: 4096,
-            limits: TreeLimits::default(),
-            sleep: Sleep::default(),
-        }
-    }
-
-    /// Registers a program (and its bound children).
-    pub fn program<I, O>(mut self, program: &Program<I, O>) -> EngineConfig {
-        self.programs.push(program.erase());
-        self
-    }
-
-    /// Uses another clock.
-    pub fn clock(mut self, clock: impl Clock) -> EngineConfig {
-        self.clock = Arc::new(clock);
-        self
-    }
-}
 
 /// How to start a root.
 #[derive(Clone, Debug)]
@@ -186,28 +114,10 @@ pub struct RecoverOptions {
     pub scope: Option<Scope>,
 }
 
-struct Registry {
-    programs: BTreeMap<Digest, Program>,
-}
-
-impl Registry {
-    fn add(&mut self, program: &Program) {
-        if self
-            .programs
-            .insert(program.reference().digest, program.clone())
-            .is_none()
-        {
-            for child in program.children() {
-                self.add(child);
-            }
-        }
-    }
-}
-
 pub(crate) struct EngineInner {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
-    registry: RwLock<Registry>,
+    registry: Registry,
     owner: String,
     lease_ttl: Duration,
     max_steps_per_commit: usize,
@@ -256,10 +166,7 @@ impl EngineInner {
     }
 
     fn program(&self, digest: &Digest) -> Option<Program> {
-        self.registry
-            .read()
-            .ok()
-            .and_then(|r| r.programs.get(digest).cloned())
+        self.registry.get(digest).cloned()
     }
 
     fn live(&self, tree: TreeId) -> Option<Arc<TreeShared>> {
@@ -275,32 +182,32 @@ impl EngineInner {
 }
 
 impl Engine {
-    /// Builds an engine. Call from within a tokio runtime.
-    pub fn new(config: EngineConfig) -> Engine {
-        let mut registry = Registry {
-            programs: BTreeMap::new(),
-        };
+    /// Builds an engine from a validated configuration. Call from within a
+    /// tokio runtime.
+    pub fn new(config: EngineConfig) -> Result<Engine, ConfigError> {
+        config.validate()?;
+        let mut registry = Registry::default();
         for program in &config.programs {
             registry.add(program);
         }
         let owner = lease::new_owner();
-        let (events, _) = broadcast::channel(config.event_capacity.max(1));
-        Engine {
+        let (events, _) = broadcast::channel(config.event_capacity);
+        Ok(Engine {
             inner: Arc::new(EngineInner {
                 store: config.store,
                 clock: config.clock,
-                registry: RwLock::new(registry),
+                registry,
                 owner,
                 lease_ttl: config.lease_ttl,
-                max_steps_per_commit: config.max_steps_per_commit.max(1),
-                snapshot_every: config.snapshot_every.max(1),
+                max_steps_per_commit: config.max_steps_per_commit,
+                snapshot_every: config.snapshot_every,
                 limits: config.limits,
                 sleep: config.sleep,
                 trees: Mutex::new(BTreeMap::new()),
                 tasks: Mutex::new(Vec::new()),
                 events,
             }),
-        }
+        })
     }
 
     /// This engine's lease owner name (`host/pid/engine-n`).
@@ -313,49 +220,85 @@ impl Engine {
         self.inner.events.subscribe()
     }
 
-    /// Starts a root, or returns the existing process when the same start id
-    /// was started with the same program and input. The start is durable
-    /// when this returns.
+    /// Starts a root of a registered program, or returns the existing
+    /// process when the same start id was started with the same program and
+    /// input. The start is durable when this returns.
     pub async fn start<I: Serialize, O>(
         &self,
         program: &Program<I, O>,
         request: StartRequest<I>,
-    ) -> Result<ProcessHandle<O>, StartError> {
+    ) -> Result<Started<O>, StartError> {
+        let reference = program.reference();
+        let Some(registered) = self.inner.program(&reference.digest) else {
+            return Err(StartError::Unregistered {
+                name: reference.name.to_string(),
+                digest: reference.digest,
+            });
+        };
         let input = Payload::encode(&request.input).map_err(|error| {
             StartError::Input(Failure::contract(
                 "execution.input.invalid",
                 error.to_string(),
             ))
         })?;
+        let request = StartRequest {
+            id: request.id,
+            input,
+            budget: request.budget,
+            capabilities: request.capabilities,
+            deadline: request.deadline,
+        };
+        self.start_program(registered, request).await
+    }
+
+    /// Starts a root of the program registered last under `name` (its
+    /// newest version), with a JSON input; see [`Engine::start`].
+    pub async fn start_named(
+        &self,
+        name: &Name,
+        request: StartRequest<Payload>,
+    ) -> Result<Started, StartError> {
+        let Some(program) = self.inner.registry.newest(name).cloned() else {
+            return Err(StartError::UnknownProgram {
+                name: name.to_string(),
+            });
+        };
+        self.start_program(program, request).await
+    }
+
+    /// The registered programs, each name's versions oldest first.
+    pub fn programs(&self) -> Vec<Program> {
+        self.inner.registry.all()
+    }
+
+    async fn start_program<O>(
+        &self,
+        program: Program,
+        request: StartRequest<Payload>,
+    ) -> Result<Started<O>, StartError> {
         program
             .descriptor()
-            .check_input(&input)
+            .check_input(&request.input)
             .map_err(StartError::Input)?;
-        if let Ok(mut registry) = self.inner.registry.write() {
-            registry.add(&program.erase());
-        }
         let key = StartKey {
             tree: ProcessId::root(&request.id),
             program: program.reference().digest,
-            input: input.digest(),
+            input: request.input.digest(),
         };
-        let shared = match self.inner.live(key.tree) {
-            Some(shared) if key.matches(&shared) => shared,
-            Some(_) => return Err(StartError::Conflict { id: request.id }),
-            None => {
-                let request = StartRequest {
-                    id: request.id,
-                    input,
-                    budget: request.budget,
-                    capabilities: request.capabilities,
-                    deadline: request.deadline,
-                };
-                match lifecycle::start(&self.inner, program.erase(), key, request).await? {
-                    StartOutcome::New(shared) | StartOutcome::Existing(shared) => shared,
-                }
-            }
-        };
-        Ok(ProcessHandle::new(self.inner.clone(), shared, key.tree))
+        let handle = |shared| ProcessHandle::new(self.inner.clone(), shared, key.tree);
+        if let Some(shared) = self.inner.live(key.tree) {
+            return if key.matches(&shared) {
+                Ok(Started::Existing(handle(shared)))
+            } else {
+                Err(StartError::Conflict { id: request.id })
+            };
+        }
+        Ok(
+            match lifecycle::start(&self.inner, program, key, request).await? {
+                StartOutcome::New(shared) => Started::New(handle(shared)),
+                StartOutcome::Existing(shared) => Started::Existing(handle(shared)),
+            },
+        )
     }
 
     /// A handle on a root process by id, checking the caller's scope. A tree
@@ -364,7 +307,7 @@ impl Engine {
         &self,
         scope: &Scope,
         id: ProcessId,
-    ) -> Result<ProcessHandle<O>, RecoverError> {
+    ) -> Result<ProcessHandle<O>, TreeError> {
         let shared = self.inner.attach(id, Some(scope), false).await?;
         Ok(ProcessHandle::new(self.inner.clone(), shared, id))
     }
@@ -374,7 +317,7 @@ impl Engine {
     pub async fn recover(
         &self,
         options: RecoverOptions,
-    ) -> Result<Vec<(TreeId, Result<(), RecoverError>)>, StoreError> {
+    ) -> Result<Vec<(TreeId, Result<(), TreeError>)>, StoreError> {
         let filter = ListFilter {
             status: None,
             scope: options.scope.clone(),
@@ -400,7 +343,7 @@ impl Engine {
             match joined {
                 Ok(entry) => report.push(entry),
                 Err(error) => {
-                    return Err(StoreError::Unavailable(format!(
+                    return Err(StoreError::unavailable(format!(
                         "a recovery task failed: {error}"
                     )));
                 }
@@ -449,35 +392,35 @@ impl Engine {
     }
 
     /// The full committed state of a stored tree.
-    pub async fn capture(&self, scope: &Scope, tree: TreeId) -> Result<TreeCapture, RecoverError> {
+    pub async fn capture(&self, scope: &Scope, tree: TreeId) -> Result<TreeCapture, TreeError> {
         let load = self.inner.store.load(tree).await?;
         let (state, head_seq, head) = self.inner.checked_fold(tree, &load, Some(scope))?;
         Ok(TreeCapture {
             head_seq,
             head,
-            state: Payload::encode(&state).map_err(|error| RecoverError::Corrupt {
+            state: Payload::encode(&state).map_err(|error| TreeError::Corrupt {
                 tree,
                 message: error.to_string(),
             })?,
         })
     }
 
-    /// A view of a stored tree (committed state), without private payloads
-    /// unless `private`.
+    /// A view of a stored tree (committed state), showing what
+    /// `visibility` allows.
     pub async fn inspect(
         &self,
         scope: &Scope,
         tree: TreeId,
-        private: bool,
-    ) -> Result<TreeView, RecoverError> {
+        visibility: Visibility,
+    ) -> Result<TreeView, TreeError> {
         let load = self.inner.store.load(tree).await?;
         let (state, head_seq, head) = self.inner.checked_fold(tree, &load, Some(scope))?;
-        Ok(TreeView::of(&state, head_seq, head, private))
+        Ok(TreeView::of(&state, head_seq, head, visibility))
     }
 
     /// Verifies a stored tree's hash chain from its snapshot head; returns
     /// the head sequence.
-    pub async fn verify(&self, scope: &Scope, tree: TreeId) -> Result<u64, RecoverError> {
+    pub async fn verify(&self, scope: &Scope, tree: TreeId) -> Result<u64, TreeError> {
         let load = self.inner.store.load(tree).await?;
         self.inner
             .checked_fold(tree, &load, Some(scope))
@@ -527,15 +470,15 @@ impl EngineInner {
         tree: TreeId,
         load: &TreeLoad,
         scope: Option<&Scope>,
-    ) -> Result<(TreeState, u64, Digest), RecoverError> {
+    ) -> Result<(TreeState, u64, Digest), TreeError> {
         if !load.exists() {
-            return Err(RecoverError::NotFound { tree });
+            return Err(TreeError::NotFound { tree });
         }
         let folded = fold(tree, load)?;
         if let Some(scope) = scope
             && &folded.0.start.scope != scope
         {
-            return Err(RecoverError::Scope {
+            return Err(TreeError::Scope {
                 tree,
                 scope: scope.clone(),
             });
@@ -549,12 +492,12 @@ impl EngineInner {
         tree: TreeId,
         scope: Option<&Scope>,
         force: bool,
-    ) -> Result<Arc<TreeShared>, RecoverError> {
+    ) -> Result<Arc<TreeShared>, TreeError> {
         if let Some(shared) = self.live(tree) {
             if let Some(scope) = scope
                 && &shared.scope != scope
             {
-                return Err(RecoverError::Scope {
+                return Err(TreeError::Scope {
                     tree,
                     scope: scope.clone(),
                 });
@@ -566,7 +509,7 @@ impl EngineInner {
         let (state, _, _) = self.checked_fold(tree, &load, scope)?;
         for process in state.processes.values().filter(|p| p.termination.is_none()) {
             if self.program(&process.program.digest).is_none() {
-                return Err(RecoverError::ProgramUnavailable {
+                return Err(TreeError::ProgramUnavailable {
                     tree,
                     name: process.program.name.to_string(),
                     digest: process.program.digest,

@@ -17,12 +17,12 @@ use crate::failure::{Cause, Failure, Status, Termination};
 use crate::ids::{ChildKey, EffectId, Name, ProcessId, SignalId, StartId, TreeId, WaitId};
 use crate::log::{Delivery, RecordBody};
 use crate::payload::Payload;
-use crate::program::{
+use crate::protocol::{
     ChildOutcome, Effect, ExecutionState, ProgramRef, Settlement, Signal, SignalBody, Transition,
 };
-use crate::store::{TreeLoad, TreeStatus};
+use crate::storage::{TreeLoad, TreeStatus};
 
-use super::error::RecoverError;
+use super::error::TreeError;
 
 /// The committed state of a whole tree.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -886,8 +886,8 @@ pub(crate) fn ending_failure(cause: Cause, reason: &str) -> Failure {
 pub(super) fn fold(
     tree: TreeId,
     load: &TreeLoad,
-) -> Result<(TreeState, u64, Digest), RecoverError> {
-    let corrupt = |message: String| RecoverError::Corrupt { tree, message };
+) -> Result<(TreeState, u64, Digest), TreeError> {
+    let corrupt = |message: String| TreeError::Corrupt { tree, message };
     let (start_seq, start_head, mut state) = match &load.snapshot {
         Some(snapshot) => {
             let state: TreeState = serde_json::from_slice(&snapshot.state).map_err(|error| {
@@ -917,7 +917,7 @@ pub(super) fn fold(
         };
         folded.history_bytes += record.body.len() as u64;
     }
-    let state = state.ok_or(RecoverError::NotFound { tree })?;
+    let state = state.ok_or(TreeError::NotFound { tree })?;
     if state.root != tree {
         return Err(corrupt(format!("log names root {}", state.root)));
     }

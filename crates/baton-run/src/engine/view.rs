@@ -10,10 +10,21 @@ use crate::failure::{Status, Termination};
 use crate::ids::{ChildKey, EffectId, Name, ProcessId, Scope, TreeId, WaitId};
 use crate::log::RecordBody;
 use crate::payload::Payload;
-use crate::program::{Effect, Settlement, Transition};
-use crate::store::TreeStatus;
+use crate::protocol::{Effect, Settlement, Transition};
+use crate::storage::TreeStatus;
 
 use super::state::{Phase, ProcessState, TreeState};
+
+/// Which payloads a view shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Visibility {
+    /// Statuses, budgets, effects and waits, without their requests (which
+    /// may carry private data such as prompts or credentials).
+    #[default]
+    Public,
+    /// Everything, effect and wait requests included.
+    Private,
+}
 
 /// A tree as seen by an operator: statuses, budgets, effects and waits,
 /// without private payloads unless asked.
@@ -97,7 +108,13 @@ pub struct WaitView {
 }
 
 impl TreeView {
-    pub(crate) fn of(state: &TreeState, head_seq: u64, head: Digest, private: bool) -> TreeView {
+    pub(crate) fn of(
+        state: &TreeState,
+        head_seq: u64,
+        head: Digest,
+        visibility: Visibility,
+    ) -> TreeView {
+        let private = visibility == Visibility::Private;
         let mut processes: Vec<ProcessView> = state
             .processes
             .iter()

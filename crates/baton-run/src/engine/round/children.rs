@@ -9,7 +9,7 @@ use crate::failure::{Failure, FailureKind};
 use crate::ids::{ChildKey, EffectId, ProcessId};
 use crate::log::{Delivery, RecordBody};
 use crate::payload::Payload;
-use crate::program::{
+use crate::protocol::{
     Boundary, ChildOutcome, ChildSignal, Condition, Execution, Program, Signal, SignalBody,
 };
 

@@ -22,7 +22,7 @@ use crate::failure::{Cause, Failure, Termination};
 use crate::ids::{ChildKey, EffectId, ProcessId};
 use crate::log::RecordBody;
 use crate::payload::Payload;
-use crate::program::{
+use crate::protocol::{
     Boundary, ChildSignal, Condition, Effect, Program, ReplayPolicy, Settlement, Signal, SignalBody,
 };
 

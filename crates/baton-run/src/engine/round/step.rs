@@ -10,7 +10,7 @@ use crate::failure::{Failure, FailureKind, StepError};
 use crate::ids::ProcessId;
 use crate::log::RecordBody;
 use crate::payload::Payload;
-use crate::program::{Effect, Execution, ExecutionState, Program, Signal, Transition};
+use crate::protocol::{Effect, Execution, ExecutionState, Program, Signal, Transition};
 
 use super::super::state::{ProcessState, TreeState};
 use super::fail;

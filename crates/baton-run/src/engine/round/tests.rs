@@ -11,7 +11,7 @@ use crate::clock::Timestamp;
 use crate::descriptor::{Descriptor, Schema};
 use crate::failure::StepError;
 use crate::ids::{ChildKey, EffectId, ProcessId, SignalId, StartId};
-use crate::program::{
+use crate::protocol::{
     Definition, Execution, ExecutionState, ProgramConfig, Transition, configuration_digest,
     implementation_digest,
 };

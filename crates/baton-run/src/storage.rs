@@ -16,7 +16,7 @@ use crate::clock::Timestamp;
 use crate::digest::Digest;
 use crate::ids::{Scope, TreeId};
 use crate::log::{Record, Snapshot};
-use crate::program::BoxFuture;
+use crate::protocol::BoxFuture;
 
 /// Where a tree stands, as listed by a store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -169,16 +169,134 @@ pub enum AppendOutcome {
 }
 
 /// A storage failure. The tree's writer stops; nothing is invented.
+///
+/// Each kind says whether retrying can help ([`StoreError::retryable`]),
+/// and carries the error that caused it, if any, as its
+/// [`source`](std::error::Error::source).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
-    /// The store cannot be reached or refused the operation.
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
-    /// Stored data is corrupt.
-    #[error("store data is corrupt: {0}")]
-    Corrupt(String),
+    /// The store cannot be reached right now: busy, locked, a connection
+    /// dropped or refused. Retrying later may help.
+    #[error("store unavailable: {message}")]
+    Unavailable {
+        /// What failed.
+        message: String,
+        /// The cause.
+        #[source]
+        source: Option<ErrorSource>,
+    },
+    /// The store refused the operation for good: the disk is full or
+    /// read-only, the database belongs to something else, permissions.
+    /// Retrying will not help until an operator acts.
+    #[error("store refused the operation: {message}")]
+    Refused {
+        /// What failed.
+        message: String,
+        /// The cause.
+        #[source]
+        source: Option<ErrorSource>,
+    },
+    /// Stored data is corrupt. Retrying will not help.
+    #[error("store data is corrupt: {message}")]
+    Corrupt {
+        /// What is wrong.
+        message: String,
+        /// The cause.
+        #[source]
+        source: Option<ErrorSource>,
+    },
 }
+
+impl StoreError {
+    /// A transient failure, without a cause.
+    pub fn unavailable(message: impl Into<String>) -> StoreError {
+        StoreError::Unavailable {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A lasting refusal, without a cause.
+    pub fn refused(message: impl Into<String>) -> StoreError {
+        StoreError::Refused {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// Corrupt data, without a cause.
+    pub fn corrupt(message: impl Into<String>) -> StoreError {
+        StoreError::Corrupt {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error, caused by `source`.
+    pub fn caused_by(self, source: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+        let cause = Some(ErrorSource(Arc::new(source)));
+        match self {
+            StoreError::Unavailable { message, .. } => StoreError::Unavailable {
+                message,
+                source: cause,
+            },
+            StoreError::Refused { message, .. } => StoreError::Refused {
+                message,
+                source: cause,
+            },
+            StoreError::Corrupt { message, .. } => StoreError::Corrupt {
+                message,
+                source: cause,
+            },
+        }
+    }
+
+    /// Whether retrying the operation later can help.
+    pub fn retryable(&self) -> bool {
+        matches!(self, StoreError::Unavailable { .. })
+    }
+
+    /// What failed, without the kind.
+    pub fn message(&self) -> &str {
+        match self {
+            StoreError::Unavailable { message, .. }
+            | StoreError::Refused { message, .. }
+            | StoreError::Corrupt { message, .. } => message,
+        }
+    }
+}
+
+/// The error behind a [`StoreError`]: shared, so store errors stay cheap
+/// to clone; compared by its message.
+#[derive(Clone)]
+pub struct ErrorSource(Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+impl fmt::Debug for ErrorSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for ErrorSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl std::error::Error for ErrorSource {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for ErrorSource {
+    fn eq(&self, other: &ErrorSource) -> bool {
+        self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for ErrorSource {}
 
 /// Which trees to list.
 #[derive(Clone, Debug, Default)]
@@ -343,7 +461,7 @@ impl MemoryStore {
         let mut trees = self
             .trees
             .lock()
-            .map_err(|_| StoreError::Unavailable("memory store lock poisoned".into()))?;
+            .map_err(|_| StoreError::unavailable("memory store lock poisoned"))?;
         Ok(f(&mut trees))
     }
 
