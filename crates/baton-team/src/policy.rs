@@ -9,7 +9,7 @@ use baton_run::{
 };
 use serde::Serialize;
 
-use crate::turn_memo::TurnMemo;
+use crate::codec::TurnMemo;
 use crate::{ConfigError, Decision, Turn};
 
 /// The decision function of a [`Policy`]: pure and deterministic. A
