@@ -817,6 +817,7 @@ mod tests {
             name: "test.coordinator".into(),
             description: "Unused.".into(),
             build: "memo 1".into(),
+            settings: Payload::null(),
             decide: Arc::new(|turn| Ok(Decision::new(Mode::Continue, turn.state.clone()))),
         })
         .expect("valid")
