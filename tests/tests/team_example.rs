@@ -95,6 +95,7 @@ async fn the_worked_example_runs_four_turns_and_prints_the_expected_line() {
         name: "example.coordinator".into(),
         description: "Follows the worked example.".into(),
         build: "team-example 1".into(),
+        settings: Payload::null(),
         decide: Arc::new(move |turn: &Turn| {
             let mut seen = seen.lock().expect("not poisoned");
             if seen.last().is_none_or(|last| last.number != turn.number) {

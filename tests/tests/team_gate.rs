@@ -24,6 +24,7 @@ fn coordinator(
         name: "test.coordinator".into(),
         description: "A scripted coordinator.".into(),
         build: build.into(),
+        settings: Payload::null(),
         decide: Arc::new(decide),
     })
     .expect("valid")

@@ -89,6 +89,7 @@ async fn a_signal_control_steers_the_workers_next_model_call() {
         name: "test.steering_coordinator".into(),
         description: "Starts an agent, then steers it.".into(),
         build: "team steering test 1".into(),
+        settings: Payload::null(),
         decide: Arc::new(coordinator_decides),
     })
     .expect("valid");

@@ -140,6 +140,7 @@ pub fn pause_team() -> Result<Program<String, String>> {
         name: "demo.pause_coordinator".into(),
         description: "Ask for an instruction, wait for it, act on it.".into(),
         build: "baton-cli demo pause 1".into(),
+        settings: Payload::null(),
         decide: std::sync::Arc::new(decide_pause),
     })?;
     let budget = baton::run::Budget::unlimited()

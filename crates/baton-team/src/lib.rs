@@ -33,12 +33,10 @@
 //!
 //! No cargo features.
 
-mod memo;
+mod codec;
 mod policy;
 mod state;
 mod team;
-mod turn_memo;
-mod view;
 mod wire;
 
 use std::collections::BTreeSet;

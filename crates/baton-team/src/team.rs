@@ -6,12 +6,11 @@ use std::sync::Arc;
 
 use baton_run::{
     Boundary, ChildKey, ChildOutcome, Condition, Definition, Descriptor, Effect, Execution,
-    ExecutionState, Failure, FailureKind, Name, Payload, PayloadWriter, Program, Quota,
+    ExecutionState, Failure, FailureKind, Name, Payload, PayloadError, Program, Quota,
     SchemaViolation, Settlement, Signal, SignalBody, Status, StepError, Termination, Transition,
-    WriteError,
 };
 
-use crate::memo::Memo;
+use crate::codec::{self, CodecError, Memo};
 use crate::state::{Decided, Fact, Phase, Receipt, Record, TurnRecord};
 use crate::wire::{ControlAction, Decision, Mode, Task};
 use crate::{
@@ -60,7 +59,7 @@ pub(crate) struct Team {
 }
 
 impl Team {
-    pub fn new(descriptor: Descriptor, config: Config) -> Result<Team, serde_json::Error> {
+    pub fn new(descriptor: Descriptor, config: Config) -> Result<Team, PayloadError> {
         let by_name = config
             .workers
             .iter()
@@ -72,8 +71,7 @@ impl Team {
             .iter()
             .map(|worker| worker.program.descriptor())
             .collect();
-        let workers_json = Payload::encode(&descriptors)
-            .map_err(<serde_json::Error as serde::ser::Error>::custom)?;
+        let workers_json = Payload::encode(&descriptors)?;
         Ok(Team {
             shared: Arc::new(Shared {
                 descriptor,
@@ -104,9 +102,8 @@ impl Definition for Team {
     }
 
     fn restore(&self, state: &ExecutionState) -> Result<Box<dyn Execution>, StepError> {
-        let record = Record::decode(&state.0, &self.shared).map_err(|message| {
-            contract(STATE_INVALID, format!("team: invalid state: {message}"))
-        })?;
+        let record = codec::record::decode(&state.0, &self.shared)
+            .map_err(|error| contract(STATE_INVALID, format!("team: invalid state: {error}")))?;
         Ok(Box::new(TeamRun {
             shared: self.shared.clone(),
             record,
@@ -139,8 +136,8 @@ fn invalid(message: impl std::fmt::Display) -> StepError {
     )
 }
 
-fn encoding(message: String) -> StepError {
-    StepError::other(format!("team: encoding failed: {message}"))
+fn encoding(error: CodecError) -> StepError {
+    StepError::other(format!("team: encoding failed: {error}"))
 }
 
 /// The kernel's code for a children wait it refuses (here: one naming a
@@ -195,7 +192,9 @@ impl Execution for TeamRun {
     }
 
     fn snapshot(&self) -> Result<ExecutionState, StepError> {
-        self.record.encode().map(ExecutionState).map_err(encoding)
+        codec::record::encode(&self.record)
+            .map(ExecutionState)
+            .map_err(encoding)
     }
 }
 
@@ -221,11 +220,14 @@ impl TeamRun {
                 ),
             ));
         }
-        let controls =
-            Payload::encode(&self.record.controls).map_err(|error| encoding(error.to_string()))?;
-        let input = self
-            .turn_input(&controls, number, &state)
-            .map_err(encoding)?;
+        let input = codec::turn::write(
+            &self.record.controls,
+            number,
+            &state,
+            &self.record.tasks,
+            &self.shared.workers_json,
+        )
+        .map_err(encoding)?;
         self.record.turn = Some(TurnRecord {
             number,
             state,
@@ -247,35 +249,6 @@ impl TeamRun {
         ]))
     }
 
-    /// The coordinator's input for turn `number`. Fields in key order, every
-    /// part canonical: the writer copies each part (each task's text
-    /// included) as it is, without scanning it.
-    fn turn_input(
-        &self,
-        controls: &Payload,
-        number: u64,
-        state: &Payload,
-    ) -> Result<Payload, String> {
-        let refused = |error: WriteError| error.to_string();
-        let workers = &self.shared.workers_json;
-        let mut text = PayloadWriter::with_capacity(
-            controls.len() + state.len() + self.record.tasks_len() + workers.len() + 64,
-        );
-        text.begin_object().map_err(refused)?;
-        text.key("controls").map_err(refused)?;
-        text.value(controls).map_err(refused)?;
-        text.key("number").map_err(refused)?;
-        text.u64(number).map_err(refused)?;
-        text.key("state").map_err(refused)?;
-        text.value(state).map_err(refused)?;
-        text.key("tasks").map_err(refused)?;
-        self.record.write_task_array(&mut text)?;
-        text.key("workers").map_err(refused)?;
-        text.value(workers).map_err(refused)?;
-        text.end_object().map_err(refused)?;
-        text.finish().map_err(|error| error.to_string())
-    }
-
     /// The wait of a running turn: every running task, then the coordinator.
     fn turn_wait(&self, number: u64) -> Effect {
         let mut keys = self.record.running_keys();
@@ -292,7 +265,7 @@ impl TeamRun {
         let running = self
             .record
             .running_index(&child.key)
-            .filter(|index| self.record.facts(*index).process == Some(child.process));
+            .filter(|index| self.record.tasks.facts(*index).process == Some(child.process));
         let Some(index) = running else {
             return Err(protocol(match self.record.position(child.key.as_str()) {
                 None => format!("an outcome for unknown child {}", child.key),
@@ -303,6 +276,7 @@ impl TeamRun {
             }));
         };
         self.record
+            .tasks
             .record(index, Fact::Drained(child.termination.clone()))
             .map_err(encoding)
     }
@@ -414,7 +388,8 @@ impl TeamRun {
                 capabilities: worker.capabilities.clone(),
             });
             self.record
-                .push_task(Task::pending(request))
+                .tasks
+                .push(Task::pending(request))
                 .map_err(encoding)?;
         }
         self.record.controls = Vec::with_capacity(decision.controls.len());
@@ -460,8 +435,8 @@ impl TeamRun {
         let waited = self.record.waits_with_actions();
         let mut refused = false;
         let mut signals = window.iter();
-        for index in self.record.first_pending()..self.record.task_count() {
-            let key = self.record.facts(index).key;
+        for index in self.record.first_pending()..self.record.tasks.len() {
+            let key = self.record.tasks.facts(index).key;
             match signals.next().map(|signal| &signal.body) {
                 Some(SignalBody::ChildStarted {
                     key: started,
@@ -477,7 +452,7 @@ impl TeamRun {
                         (Some(process), None) => Fact::Started(*process),
                         (None, None) => return Err(protocol("a start result without a process")),
                     };
-                    self.record.record(index, fact).map_err(encoding)?;
+                    self.record.tasks.record(index, fact).map_err(encoding)?;
                 }
                 other => {
                     return Err(protocol(format!(
@@ -593,53 +568,145 @@ impl TeamRun {
     }
 }
 
+/// Why a decision is invalid: the team fails with `team.decision.invalid`.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DecisionError {
+    /// The next state fails the team's state schema.
+    #[error("state: {0}")]
+    State(SchemaViolation),
+    /// A decision with an output also has a mode.
+    #[error("a decision with an output has no mode")]
+    OutputWithMode,
+    /// A decision with an output also has tasks or controls.
+    #[error("a decision with an output has no tasks or controls")]
+    OutputWithActions,
+    /// The output fails the team's output schema.
+    #[error("output: {0}")]
+    Output(SchemaViolation),
+    /// A decision with neither an output nor a mode.
+    #[error("a decision without an output needs a mode")]
+    NoMode,
+    /// The new tasks would exceed `max_tasks`.
+    #[error("{existing} tasks and {new} new exceed the limit of {limit} tasks")]
+    TooManyTasks {
+        /// Tasks requested so far, refused starts included.
+        existing: u64,
+        /// Tasks this decision requests.
+        new: u64,
+        /// `max_tasks`.
+        limit: Quota,
+    },
+    /// The new tasks would exceed `max_concurrent_tasks`.
+    #[error("{running} running tasks and {new} new exceed the limit of {limit} concurrent tasks")]
+    TooManyConcurrent {
+        /// Tasks running now.
+        running: u64,
+        /// Tasks this decision requests.
+        new: u64,
+        /// `max_concurrent_tasks`.
+        limit: u32,
+    },
+    /// More controls than `max_controls_per_turn`.
+    #[error("{count} controls exceed the limit of {limit} per turn")]
+    TooManyControls {
+        /// Controls in the decision.
+        count: usize,
+        /// `max_controls_per_turn`.
+        limit: u32,
+    },
+    /// A task key with the coordinator's reserved prefix.
+    #[error("task key {key} uses the reserved prefix {RESERVED_PREFIX}")]
+    ReservedKey {
+        /// The key.
+        key: ChildKey,
+    },
+    /// A task key the team already used.
+    #[error("task key {key} is already used; follow-up work needs a new key")]
+    KeyUsed {
+        /// The key.
+        key: ChildKey,
+    },
+    /// Two requests of the decision share a key.
+    #[error("task key {key} is repeated in the decision")]
+    KeyRepeated {
+        /// The key.
+        key: ChildKey,
+    },
+    /// A request names a worker the team does not have.
+    #[error("task {key} names unknown worker {worker}")]
+    UnknownWorker {
+        /// The task's key.
+        key: ChildKey,
+        /// The worker's name.
+        worker: Name,
+    },
+    /// A request's input fails its worker's input schema.
+    #[error("task {key} input: {violation}")]
+    TaskInput {
+        /// The task's key.
+        key: ChildKey,
+        /// Why the worker's schema refuses it.
+        violation: SchemaViolation,
+    },
+    /// A control targets a task that was not admitted.
+    #[error("control of {task} targets no admitted task")]
+    ControlTarget {
+        /// The targeted key.
+        task: ChildKey,
+    },
+    /// `wait` with nothing to wait for.
+    #[error("wait with nothing running, no new tasks and no outcome this turn")]
+    NothingToWaitFor,
+}
+
 /// Checks a whole decision against the facts before it; the first broken
 /// rule is the error.
 pub(crate) fn validate(
     shared: &Shared,
     record: &Record,
     decision: &Decision,
-) -> Result<(), String> {
+) -> Result<(), DecisionError> {
     shared
         .check_state(&decision.state)
-        .map_err(|violation| format!("state: {violation}"))?;
+        .map_err(DecisionError::State)?;
     if let Some(output) = &decision.output {
         if decision.mode.is_some() {
-            return Err("a decision with an output has no mode".into());
+            return Err(DecisionError::OutputWithMode);
         }
         if !decision.tasks.is_empty() || !decision.controls.is_empty() {
-            return Err("a decision with an output has no tasks or controls".into());
+            return Err(DecisionError::OutputWithActions);
         }
         return shared
             .descriptor
             .output_schema()
             .validate(output)
-            .map_err(|violation| format!("output: {violation}"));
+            .map_err(DecisionError::Output);
     }
     let Some(mode) = decision.mode else {
-        return Err("a decision without an output needs a mode".into());
+        return Err(DecisionError::NoMode);
     };
-    let existing = record.task_count() as u64;
+    let existing = record.tasks.len() as u64;
     let new = decision.tasks.len() as u64;
     if !shared.max_tasks.allows(existing, new) {
-        return Err(format!(
-            "{existing} tasks and {new} new exceed the limit of {} tasks",
-            shared.max_tasks
-        ));
+        return Err(DecisionError::TooManyTasks {
+            existing,
+            new,
+            limit: shared.max_tasks,
+        });
     }
     let running = record.running() as u64;
     if running + new > u64::from(shared.max_concurrent) {
-        return Err(format!(
-            "{running} running tasks and {new} new exceed the limit of {} concurrent tasks",
-            shared.max_concurrent
-        ));
+        return Err(DecisionError::TooManyConcurrent {
+            running,
+            new,
+            limit: shared.max_concurrent,
+        });
     }
     if decision.controls.len() > shared.max_controls as usize {
-        return Err(format!(
-            "{} controls exceed the limit of {} per turn",
-            decision.controls.len(),
-            shared.max_controls
-        ));
+        return Err(DecisionError::TooManyControls {
+            count: decision.controls.len(),
+            limit: shared.max_controls,
+        });
     }
     // A pass over the tasks for the new keys and one for the control
     // targets (none when there are none), not a search per request or
@@ -649,50 +716,48 @@ pub(crate) fn validate(
         .iter()
         .map(|task| task.key.as_str())
         .collect();
-    let used = record.keys_among(&new_keys, record.task_count(), false);
+    let used = record.keys_among(&new_keys, record.tasks.len(), false);
     let targets = decision
         .controls
         .iter()
         .map(|control| control.task.as_str())
         .collect::<BTreeSet<_>>();
-    let admitted = record.keys_among(&targets, record.task_count(), true);
+    let admitted = record.keys_among(&targets, record.tasks.len(), true);
     for (index, request) in decision.tasks.iter().enumerate() {
         let key = &request.key;
         if key.as_str().starts_with(RESERVED_PREFIX) {
-            return Err(format!(
-                "task key {key} uses the reserved prefix {RESERVED_PREFIX}"
-            ));
+            return Err(DecisionError::ReservedKey { key: key.clone() });
         }
         if used.contains(key.as_str()) {
-            return Err(format!(
-                "task key {key} is already used; follow-up work needs a new key"
-            ));
+            return Err(DecisionError::KeyUsed { key: key.clone() });
         }
         if decision.tasks[..index]
             .iter()
             .any(|other| &other.key == key)
         {
-            return Err(format!("task key {key} is repeated in the decision"));
+            return Err(DecisionError::KeyRepeated { key: key.clone() });
         }
         let Some(worker) = shared.worker(&request.worker) else {
-            return Err(format!(
-                "task {key} names unknown worker {}",
-                request.worker
-            ));
+            return Err(DecisionError::UnknownWorker {
+                key: key.clone(),
+                worker: request.worker.clone(),
+            });
         };
         worker
             .program
             .descriptor()
             .input_schema()
             .validate(&request.input)
-            .map_err(|violation| format!("task {key} input: {violation}"))?;
+            .map_err(|violation| DecisionError::TaskInput {
+                key: key.clone(),
+                violation,
+            })?;
     }
     for control in &decision.controls {
         if !admitted.contains(control.task.as_str()) {
-            return Err(format!(
-                "control of {} targets no admitted task",
-                control.task
-            ));
+            return Err(DecisionError::ControlTarget {
+                task: control.task.clone(),
+            });
         }
     }
     let outcome_arrived = record
@@ -700,7 +765,7 @@ pub(crate) fn validate(
         .as_ref()
         .is_some_and(|turn| turn.outcome_arrived);
     if mode == Mode::Wait && running == 0 && new == 0 && !outcome_arrived {
-        return Err("wait with nothing running, no new tasks and no outcome this turn".into());
+        return Err(DecisionError::NothingToWaitFor);
     }
     Ok(())
 }
@@ -718,7 +783,9 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::memo::{Restored, common_prefix};
+    use crate::codec::memo::{Restored, common_prefix};
+    use crate::codec::record::{decode_after, decode_full};
+    use crate::state::StateError;
     use crate::wire::TaskRequest;
     use crate::{Decision, Policy, PolicyConfig};
 
@@ -750,6 +817,7 @@ mod tests {
             name: "test.coordinator".into(),
             description: "Unused.".into(),
             build: "memo 1".into(),
+            settings: Payload::null(),
             decide: Arc::new(|turn| Ok(Decision::new(Mode::Continue, turn.state.clone()))),
         })
         .expect("valid")
@@ -997,11 +1065,11 @@ mod tests {
 
     /// Restores `state` both ways from `base` and holds them equal.
     fn same(shared: &Shared, base: &Payload, state: &Payload) -> Result<bool, TestCaseError> {
-        let (_, seen) = Record::decode_full(base, shared).expect("the base restores");
+        let (_, seen) = decode_full(base, shared).expect("the base restores");
         let base = Restored::new(base, seen);
         let common = common_prefix(base.source.as_bytes(), state.as_bytes());
-        let full = Record::decode_full(state, shared);
-        let Some(by_difference) = Record::decode_after(state, shared, &base, common) else {
+        let full = decode_full(state, shared);
+        let Some(by_difference) = decode_after(state, shared, &base, common) else {
             return Ok(false);
         };
         match (&by_difference, &full) {
@@ -1097,15 +1165,69 @@ mod tests {
                                 .restore(&ExecutionState(state.clone()))
                                 .expect("restores");
                             assert_eq!(&restored.snapshot().expect("snapshots").0, state);
-                            let memo = Record::decode(state, &team.shared).expect("restores");
-                            let (full, _) =
-                                Record::decode_full(state, &team.shared).expect("restores");
+                            let memo =
+                                codec::record::decode(state, &team.shared).expect("restores");
+                            let (full, _) = decode_full(state, &team.shared).expect("restores");
                             assert_eq!(format!("{memo:?}"), format!("{full:?}"));
                         }
                     }
                 });
             }
         });
-        assert!(team.shared.memo().len() <= crate::memo::Memo::ENTRIES);
+        assert!(team.shared.memo().len() <= Memo::ENTRIES);
+    }
+
+    /// A state that does not decode is a typed codec error inside the team
+    /// and, outside it, the `team.state.invalid` failure restore always
+    /// reported, worded as the decoder's report.
+    #[test]
+    fn a_malformed_state_is_a_codec_error_reported_as_an_invalid_state() {
+        let team = team();
+        let refused = r#"{"code":"x.y","kind":"contract","message":"m"}"#;
+        // Which codec error a case is.
+        type Expected = fn(&CodecError) -> bool;
+        let cases: [(String, Expected, &str); 4] = [
+            (
+                r#"{"extra":1,"initial":7}"#.to_owned(),
+                |error| matches!(error, CodecError::Json(_)),
+                "team: invalid state: unknown field `extra`",
+            ),
+            (
+                r#"{"initial":7,"tasks":[]}"#.to_owned(),
+                |error| matches!(error, CodecError::EmptyTasks),
+                "team: invalid state: tasks: an empty list is omitted, not written",
+            ),
+            (
+                format!(
+                    r#"{{"tasks":[{{"rejection":{refused},"request":{{"input":1,"key":"a b","worker":"w.num"}}}}],"turn":{{"number":1,"state":7}}}}"#
+                ),
+                |error| matches!(error, CodecError::ChildKey { .. }),
+                r#"team: invalid state: invalid child key "a b""#,
+            ),
+            (
+                format!(
+                    r#"{{"tasks":[{{"process":"p_0123456789abcdef0123456789abcdef","rejection":{refused},"request":{{"input":1,"key":"a","worker":"w.num"}}}}],"turn":{{"number":1,"state":7}}}}"#
+                ),
+                |error| matches!(error, CodecError::RefusedWithFacts { .. }),
+                "team: invalid state: task a: a refused start has neither a process nor an outcome",
+            ),
+        ];
+        for (text, expected, message) in cases {
+            let state = Payload::parse_str(&text).expect("json");
+            match decode_full(&state, &team.shared) {
+                Err(StateError::Codec(error)) => assert!(expected(&error), "{text}: {error:?}"),
+                other => panic!("{text}: {:?}", other.map(|_| ())),
+            }
+            let Err(StepError(failure)) = team.restore(&ExecutionState(state)) else {
+                panic!("{text} restored");
+            };
+            assert_eq!(failure.kind, FailureKind::Contract, "{text}");
+            assert_eq!(failure.code(), STATE_INVALID, "{text}");
+            assert!(
+                failure.message.starts_with(message),
+                "{text}: {}",
+                failure.message
+            );
+        }
     }
 }

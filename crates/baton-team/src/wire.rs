@@ -61,7 +61,7 @@ impl TaskRequest {
 /// whole subtree have drained, its `outcome` is added (with the effects
 /// left unresolved anywhere in its subtree).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, try_from = "TaskWire")]
+#[serde(deny_unknown_fields, try_from = "crate::codec::TaskWire")]
 pub struct Task {
     /// What was requested.
     pub request: TaskRequest,
@@ -74,49 +74,6 @@ pub struct Task {
     /// Why its start was refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rejection: Option<Failure>,
-}
-
-/// The JSON form of a [`Task`], checked for consistency when decoded.
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-#[schemars(rename = "Task")]
-struct TaskWire {
-    /// What was requested.
-    request: TaskRequest,
-    /// The task's process, once admitted.
-    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
-    process: Option<ProcessId>,
-    /// How it ended (with the effects left unresolved in its subtree), once it drained.
-    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
-    outcome: Option<Termination>,
-    /// Why its start was refused.
-    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
-    rejection: Option<Failure>,
-}
-
-impl TryFrom<TaskWire> for Task {
-    type Error = String;
-
-    fn try_from(wire: TaskWire) -> Result<Task, String> {
-        if wire.rejection.is_some() && (wire.process.is_some() || wire.outcome.is_some()) {
-            return Err(format!(
-                "task {}: a refused start has neither a process nor an outcome",
-                wire.request.key
-            ));
-        }
-        if wire.outcome.is_some() && wire.process.is_none() {
-            return Err(format!(
-                "task {}: an outcome needs the task's process",
-                wire.request.key
-            ));
-        }
-        Ok(Task {
-            request: wire.request,
-            process: wire.process,
-            outcome: wire.outcome,
-            rejection: wire.rejection,
-        })
-    }
 }
 
 impl Task {
@@ -171,7 +128,10 @@ pub enum ControlAction {
 /// A control on an admitted task: exactly one of a signal or a cancel
 /// reason. JSON: `{"task", "signal"}` or `{"task", "cancel_reason"}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(into = "ControlWire", try_from = "ControlWire")]
+#[serde(
+    into = "crate::codec::ControlWire",
+    try_from = "crate::codec::ControlWire"
+)]
 pub struct Control {
     /// The task's key.
     pub task: ChildKey,
@@ -194,59 +154,6 @@ impl Control {
             task,
             action: ControlAction::Cancel(reason.into()),
         }
-    }
-}
-
-#[derive(Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ControlWire {
-    task: ChildKey,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "baton_run::deserialize_present"
-    )]
-    signal: Option<ChildSignal>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "baton_run::deserialize_present"
-    )]
-    cancel_reason: Option<String>,
-}
-
-impl From<Control> for ControlWire {
-    fn from(control: Control) -> ControlWire {
-        let (signal, cancel_reason) = match control.action {
-            ControlAction::Signal(signal) => (Some(signal), None),
-            ControlAction::Cancel(reason) => (None, Some(reason)),
-        };
-        ControlWire {
-            task: control.task,
-            signal,
-            cancel_reason,
-        }
-    }
-}
-
-impl TryFrom<ControlWire> for Control {
-    type Error = String;
-
-    fn try_from(wire: ControlWire) -> Result<Control, String> {
-        let action = match (wire.signal, wire.cancel_reason) {
-            (Some(signal), None) => ControlAction::Signal(signal),
-            (None, Some(reason)) => ControlAction::Cancel(reason),
-            _ => {
-                return Err(format!(
-                    "control of task {}: exactly one of signal and cancel_reason",
-                    wire.task
-                ));
-            }
-        };
-        Ok(Control {
-            task: wire.task,
-            action,
-        })
     }
 }
 

@@ -28,6 +28,7 @@ fn policy() -> Policy {
         name: "test.recorder".into(),
         description: "Records the turn.".into(),
         build: "policy-memo-test 1".into(),
+        settings: Payload::null(),
         decide: Arc::new(|turn: &Turn| {
             SEEN.with(|seen| *seen.borrow_mut() = Some(turn.clone()));
             Ok(Decision::new(

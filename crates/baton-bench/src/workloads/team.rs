@@ -58,7 +58,13 @@ pub async fn team_run(run: usize, kind: StoreKind, rounds: u64, batch: u64) -> R
     let coordinator = Policy::new(PolicyConfig {
         name: "bench.coordinator".into(),
         description: "Requests rounds of tasks and waits for them.".into(),
-        build: format!("{} rounds={rounds} batch={batch}", build_name()),
+        build: build_name(),
+        // The rounds and the batch size decide what the coordinator
+        // requests, so they are its settings and part of its identity.
+        settings: Payload::encode(&std::collections::BTreeMap::from([
+            ("batch", batch),
+            ("rounds", rounds),
+        ]))?,
         decide: Arc::new(move |turn: &Turn| team_decide(turn, rounds, batch)),
     })?
     .program();

@@ -255,6 +255,7 @@ pub fn policy(
         name: "test.coordinator".into(),
         description: "A scripted coordinator.".into(),
         build: build.into(),
+        settings: Payload::null(),
         decide: Arc::new(decide),
     })
     .expect("valid policy")

@@ -22,11 +22,12 @@
 
 use std::sync::Arc;
 
-use baton_run::{Descriptor, Payload, PayloadError};
+use baton_run::{Descriptor, Payload};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::memo::Recent;
+use super::CodecError;
+use super::recent::Recent;
 use crate::{ControlReceipt, Task, Turn};
 
 /// One decoded task and the exact text it was decoded from.
@@ -65,11 +66,11 @@ impl TurnMemo {
     pub const ENTRIES: usize = 4;
 
     /// Decodes `turn` exactly as `turn.decode::<Turn>()` does: the same
-    /// turn, or the same error.
-    pub fn decode(&self, turn: &Payload) -> Result<Turn, PayloadError> {
+    /// turn, or the same error (as [`CodecError::Payload`]).
+    pub fn decode(&self, turn: &Payload) -> Result<Turn, CodecError> {
         match self.decode_text(turn.as_str()) {
             Some((decoded, _)) => Ok(decoded),
-            None => turn.decode(),
+            None => Ok(turn.decode()?),
         }
     }
 
@@ -165,8 +166,9 @@ mod tests {
         Payload::encode(&turn).expect("encodes").as_str().to_owned()
     }
 
-    fn full(text: &str) -> Result<Turn, String> {
-        serde_json::from_str::<Turn>(text).map_err(|error| error.to_string())
+    /// The full decode's turn, if it accepts `text`.
+    fn full(text: &str) -> Option<Turn> {
+        serde_json::from_str::<Turn>(text).ok()
     }
 
     /// The memo path either yields the full decode's turn or leaves the
@@ -174,7 +176,7 @@ mod tests {
     fn check(memo: &TurnMemo, text: &str) -> Option<usize> {
         let decoded = memo.decode_text(text);
         if let Some((turn, _)) = &decoded {
-            assert_eq!(Ok(turn), full(text).as_ref(), "{text}");
+            assert_eq!(Some(turn), full(text).as_ref(), "{text}");
         }
         decoded.map(|(_, reused)| reused)
     }
@@ -219,7 +221,7 @@ mod tests {
         ];
         for text in corrupt {
             assert_ne!(text, good);
-            assert!(full(&text).is_err(), "{text}");
+            assert!(full(&text).is_none(), "{text}");
             assert_eq!(check(&memo, &text), None, "{text}");
         }
         // Whitespace and key order are not canonical but decode all the same.

@@ -6,7 +6,7 @@
 //! before. Restore compares the new text with the texts kept here (a
 //! memcmp, far cheaper than parsing), reuses what it read of the tasks
 //! that lie wholly in the longest common prefix, and reads only the rest
-//! (see `Record::decode_after`).
+//! (see `record::decode_after`).
 //!
 //! The memo is only a cache: the record restored, and whether a state is
 //! accepted, never depend on what it holds. It is shared by every run of
@@ -14,11 +14,12 @@
 //! states, and its lock is held only to copy or replace entries, never
 //! while parsing or comparing.
 
-use std::collections::VecDeque;
 use std::ops::Range;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
 use baton_run::{Payload, ProcessId};
+
+use super::recent::Recent;
 
 /// What restore read of one task: its payload, and spans of the state's
 /// text.
@@ -52,47 +53,6 @@ impl Restored {
             source: source.clone(),
             tasks: tasks.into_boxed_slice(),
         }
-    }
-}
-
-/// A few recent entries behind a lock, newest first: the storage of the
-/// team's caches (this one and the policy's turn memo). Entries are
-/// immutable once kept, so the lock is held only to copy the list or to
-/// add one, and a panic elsewhere while it was held cannot have left a
-/// half-written entry.
-#[derive(Debug)]
-pub(crate) struct Recent<T: ?Sized> {
-    kept: Mutex<VecDeque<Arc<T>>>,
-}
-
-impl<T: ?Sized> Default for Recent<T> {
-    fn default() -> Self {
-        Recent {
-            kept: Mutex::new(VecDeque::new()),
-        }
-    }
-}
-
-impl<T: ?Sized> Recent<T> {
-    fn lock(&self) -> MutexGuard<'_, VecDeque<Arc<T>>> {
-        self.kept.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The kept entries, newest first.
-    pub fn entries(&self) -> Vec<Arc<T>> {
-        self.lock().iter().cloned().collect()
-    }
-
-    /// Keeps `entry` as the newest, dropping the oldest beyond `limit`.
-    pub fn keep(&self, entry: Arc<T>, limit: usize) {
-        let mut kept = self.lock();
-        kept.push_front(entry);
-        kept.truncate(limit);
-    }
-
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.lock().len()
     }
 }
 

@@ -18,6 +18,9 @@ use baton_run::{Cause, ChildKey, EffectId, FailureKind, Name, ProcessId, Status,
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, Visitor};
 
+use super::CodecError;
+use super::forms::check_task;
+
 #[cfg(doc)]
 use crate::Task;
 
@@ -112,18 +115,16 @@ impl<'de> Deserialize<'de> for AnyString {
 impl<'a> TaskView<'a> {
     /// Reads one task's JSON and checks every rule decoding a [`Task`]
     /// checks, but the worker name's (left to the configuration).
-    pub fn read(text: &'a str) -> Result<TaskView<'a>, String> {
-        let view: TaskView<'a> = serde_json::from_str(text).map_err(|error| error.to_string())?;
+    pub fn read(text: &'a str) -> Result<TaskView<'a>, CodecError> {
+        let view: TaskView<'a> = serde_json::from_str(text)?;
         let key = view.request.key;
-        ChildKey::check(key).map_err(|_| format!("invalid child key {key:?}"))?;
-        if view.rejection.is_some() && (view.process.is_some() || view.outcome.is_some()) {
-            return Err(format!(
-                "task {key}: a refused start has neither a process nor an outcome"
-            ));
-        }
-        if view.outcome.is_some() && view.process.is_none() {
-            return Err(format!("task {key}: an outcome needs the task's process"));
-        }
+        ChildKey::check(key).map_err(|_| CodecError::ChildKey { key: key.into() })?;
+        check_task(
+            key,
+            view.process.is_some(),
+            view.outcome.is_some(),
+            view.rejection.is_some(),
+        )?;
         if let Some(outcome) = &view.outcome {
             outcome.check()?;
         }
@@ -141,13 +142,14 @@ impl<'a> TaskView<'a> {
 
 impl OutcomeView {
     /// The rules of the kernel's `Termination`.
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), CodecError> {
         Termination::check_shape(
             self.status,
             self.cause,
             self.output.is_some(),
             self.failure.is_some(),
         )
+        .map_err(|reason| CodecError::Outcome { reason })
     }
 }
 
