@@ -4,12 +4,15 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use baton_run::dispatch::{DispatchCall, Dispatcher, ReplayPolicy};
+use baton_run::program::{
+    Boundary, Condition, Definition, Descriptor, DescriptorError, Effect, Execution,
+    ExecutionState, ProgramConfig, Schema, Signal, SignalBody, StepError, Transition,
+    configuration_digest, implementation_digest,
+};
 use baton_run::{
-    Boundary, BoxFuture, Budget, Capabilities, ChildKey, Condition, Definition, Descriptor,
-    DescriptorError, DispatchCall, Dispatcher, Effect, Execution, ExecutionState, Failure,
-    FailureKind, Name, Payload, Program, ProgramConfig, ReplayPolicy, Schema, Settlement, Signal,
-    SignalBody, SignalId, Status, StepError, Termination, Transition, configuration_digest,
-    implementation_digest,
+    BoxFuture, Budget, Capabilities, ChildKey, Failure, FailureKind, Name, Payload, Program,
+    Settlement, SignalId, Status, Termination,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -1,6 +1,7 @@
 //! Typed output: ask a model for JSON matching a Rust type and decode it strictly.
 
-use baton_run::{Failure, Schema};
+use baton_run::Failure;
+use baton_run::program::Schema;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 

@@ -2,11 +2,12 @@
 
 use std::sync::Arc;
 
-use baton_run::{
-    BoxFuture, Definition, Descriptor, DispatchCall, Dispatcher, Effect, Execution, ExecutionState,
-    Failure, Payload, Program, ProgramConfig, ReplayPolicy, Schema, Settlement, Signal, SignalBody,
-    StepError, Timestamp, Transition, configuration_digest, implementation_digest,
+use baton_run::dispatch::{DispatchCall, Dispatcher, ReplayPolicy};
+use baton_run::program::{
+    Definition, Descriptor, Effect, Execution, ExecutionState, ProgramConfig, Schema, Signal,
+    SignalBody, StepError, Transition, configuration_digest, implementation_digest,
 };
+use baton_run::{BoxFuture, Failure, Payload, Program, Settlement, Timestamp};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

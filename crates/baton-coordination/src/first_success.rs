@@ -3,11 +3,13 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use baton_run::program::{
+    Boundary, Condition, Definition, Descriptor, Effect, Execution, ExecutionState, ProgramConfig,
+    Schema, Signal, SignalBody, StepError, Transition, configuration_digest, implementation_digest,
+};
 use baton_run::{
-    Boundary, Budget, Capabilities, ChildKey, Condition, Definition, Descriptor, Digest, Effect,
-    Execution, ExecutionState, Failure, FailureKind, Payload, ProcessId, Program, ProgramConfig,
-    Schema, Settlement, Signal, SignalBody, Status, StepError, Termination, Transition,
-    configuration_digest, implementation_digest,
+    Budget, Capabilities, ChildKey, Digest, Failure, FailureKind, Payload, ProcessId, Program,
+    Settlement, Status, Termination,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -224,7 +226,7 @@ impl FirstSuccess {
             object.insert("maxItems".into(), config.max_candidates.into());
         }
         let input = Payload::from_value(&input)
-            .map_err(baton_run::SchemaError::from)
+            .map_err(baton_run::program::SchemaError::from)
             .and_then(Schema::new)
             .map_err(|error| ConfigError::Encode {
                 message: error.to_string(),

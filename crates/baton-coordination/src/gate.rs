@@ -2,11 +2,11 @@
 
 use std::sync::Arc;
 
-use baton_run::{
-    ChildKey, Definition, Descriptor, Effect, Execution, ExecutionState, Failure, Payload, Program,
-    ProgramConfig, Schema, Signal, SignalBody, SignalId, StepError, Transition, WaitId,
-    configuration_digest, implementation_digest,
+use baton_run::program::{
+    Definition, Descriptor, Effect, Execution, ExecutionState, ProgramConfig, Schema, Signal,
+    SignalBody, StepError, Transition, configuration_digest, implementation_digest,
 };
+use baton_run::{ChildKey, Failure, Payload, Program, SignalId, WaitId};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

@@ -42,7 +42,7 @@ pub use gate::{Answer, GateConfig, InputGate, WAIT_KEY};
 pub enum ConfigError {
     /// The name or description is not a valid descriptor.
     #[error("invalid descriptor: {0}")]
-    Descriptor(#[from] baton_run::DescriptorError),
+    Descriptor(#[from] baton_run::program::DescriptorError),
     /// An input gate's answer schema is `false`, so it could never be answered.
     #[error("the answer schema rejects every answer")]
     AnswerSchemaRejectsAll,

@@ -76,7 +76,9 @@ pub use storage::MemoryStore;
 /// descriptors and schemas, and the helpers that build payloads and
 /// program identities.
 pub mod program {
-    pub use crate::descriptor::{Descriptor, DescriptorError, Schema, SchemaError, SchemaViolation};
+    pub use crate::descriptor::{
+        Descriptor, DescriptorError, Schema, SchemaError, SchemaViolation,
+    };
     pub use crate::digest::Purpose;
     pub use crate::failure::StepError;
     pub use crate::payload::{PayloadWriter, WriteError, deserialize_present};

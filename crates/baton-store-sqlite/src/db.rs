@@ -5,27 +5,40 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use baton_run::log::{Record, RecordKind, Snapshot};
-use baton_run::{
-    AcquireRequest, Acquired, Append, AppendOutcome, Digest, Lease, ListFilter, Scope, StoreError,
-    Timestamp, TreeId, TreeLoad, TreeMeta, TreeStatus,
+use baton_run::store::{
+    AcquireRequest, Acquired, Append, AppendOutcome, Lease, ListFilter, StoreError, TreeLoad,
+    TreeMeta, TreeStatus,
 };
+use baton_run::{Digest, Scope, Timestamp, TreeId};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use crate::chunk;
 
-/// Maps a SQLite failure to a storage error: damaged files are `Corrupt`,
-/// everything else (I/O, locks, full disks) `Unavailable`.
+/// Maps a SQLite failure to a storage error, keeping it as the cause:
+/// damaged files are `Corrupt`; a full disk, a read-only file, refused
+/// permissions or a schema SQLite cannot use are `Refused` (retrying will
+/// not help); busy or locked databases, I/O errors and everything else are
+/// `Unavailable`.
 pub(crate) fn storage(error: rusqlite::Error) -> StoreError {
-    match error.sqlite_error_code() {
-        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => {
-            StoreError::Corrupt(format!("sqlite: {error}"))
-        }
-        _ => StoreError::Unavailable(format!("sqlite: {error}")),
-    }
+    let message = format!("sqlite: {error}");
+    let kind = match error.sqlite_error_code() {
+        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => StoreError::corrupt(message),
+        Some(
+            ErrorCode::DiskFull
+            | ErrorCode::ReadOnly
+            | ErrorCode::PermissionDenied
+            | ErrorCode::CannotOpen
+            | ErrorCode::AuthorizationForStatementDenied
+            | ErrorCode::SchemaChanged
+            | ErrorCode::TooBig,
+        ) => StoreError::refused(message),
+        _ => StoreError::unavailable(message),
+    };
+    kind.caused_by(error)
 }
 
 fn corrupt(what: impl Into<String>) -> StoreError {
-    StoreError::Corrupt(what.into())
+    StoreError::corrupt(what)
 }
 
 /// SQLite integers are signed; values past `i64::MAX` (292 million years of
@@ -421,7 +434,7 @@ pub(crate) fn acquire(conn: &Connection, request: &AcquireRequest) -> Result<Acq
             ])
             .map_err(storage)?;
             tree_row(conn, request.tree)?
-                .ok_or_else(|| StoreError::Unavailable("a tree row vanished".into()))?
+                .ok_or_else(|| StoreError::unavailable("a tree row vanished"))?
         }
     };
     if let (Some(_), Some(owner), Some(until)) =

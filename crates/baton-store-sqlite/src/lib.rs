@@ -72,10 +72,11 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use baton_run::log::{Record, Snapshot};
-use baton_run::{
-    AcquireRequest, Acquired, Append, AppendOutcome, BoxFuture, ListFilter, Store, StoreError,
-    Timestamp, TreeId, TreeLoad, TreeMeta,
+use baton_run::store::{
+    AcquireRequest, Acquired, Append, AppendOutcome, ListFilter, Store, StoreError, TreeLoad,
+    TreeMeta,
 };
+use baton_run::{BoxFuture, Timestamp, TreeId};
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 use tokio::sync::oneshot;
 
@@ -163,8 +164,9 @@ pub enum OpenError {
 impl From<OpenError> for StoreError {
     fn from(error: OpenError) -> StoreError {
         match error {
-            OpenError::NotADatabase { .. } => StoreError::Corrupt(error.to_string()),
-            other => StoreError::Unavailable(other.to_string()),
+            OpenError::NotADatabase { .. } => StoreError::corrupt(error.to_string()),
+            OpenError::Thread(_) => StoreError::unavailable(error.to_string()),
+            _ => StoreError::refused(error.to_string()),
         }
     }
 }
@@ -236,7 +238,7 @@ impl std::fmt::Debug for SqliteStore {
 }
 
 fn stopped() -> StoreError {
-    StoreError::Unavailable("sqlite store threads have stopped".into())
+    StoreError::unavailable("sqlite store threads have stopped")
 }
 
 impl SqliteStore {
@@ -540,7 +542,7 @@ fn execute(
 }
 
 fn mismatch() -> StoreError {
-    StoreError::Unavailable("sqlite store: a write produced the wrong kind of result".into())
+    StoreError::unavailable("sqlite store: a write produced the wrong kind of result")
 }
 
 fn answer(write: Write, result: Result<Written, StoreError>) {

@@ -42,10 +42,10 @@ mod wire;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use baton_run::{
-    Budget, Capabilities, Descriptor, Program, ProgramConfig, Quota, Schema, configuration_digest,
-    implementation_digest,
+use baton_run::program::{
+    Descriptor, ProgramConfig, Schema, configuration_digest, implementation_digest,
 };
+use baton_run::{Budget, Capabilities, Program, Quota};
 use serde::Serialize;
 
 pub use policy::{Decide, Policy, PolicyConfig};
@@ -134,7 +134,7 @@ pub struct Config {
 pub enum ConfigError {
     /// The name or description is not a valid descriptor.
     #[error("team: invalid configuration: {0}")]
-    Descriptor(#[from] baton_run::DescriptorError),
+    Descriptor(#[from] baton_run::program::DescriptorError),
     /// No worker is configured.
     #[error("team: invalid configuration: at least one worker is required")]
     NoWorkers,

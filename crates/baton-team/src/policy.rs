@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use baton_run::{
-    Definition, Descriptor, Digest, Execution, ExecutionState, Failure, Payload, Program,
-    ProgramConfig, Schema, Signal, StepError, Transition, configuration_digest,
-    implementation_digest,
+use baton_run::program::{
+    Definition, Descriptor, Execution, ExecutionState, ProgramConfig, Schema, Signal, StepError,
+    Transition, configuration_digest, implementation_digest,
 };
+use baton_run::{Digest, Failure, Payload, Program};
 use serde::Serialize;
 
 use crate::codec::TurnMemo;

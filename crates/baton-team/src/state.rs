@@ -13,9 +13,8 @@
 
 use std::collections::BTreeSet;
 
-use baton_run::{
-    ChildKey, Failure, Payload, ProcessId, Quota, SchemaViolation, Settlement, Termination,
-};
+use baton_run::program::SchemaViolation;
+use baton_run::{ChildKey, Failure, Payload, ProcessId, Quota, Settlement, Termination};
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{CodecError, Tasks};
@@ -32,7 +31,7 @@ pub(crate) struct Receipt {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "baton_run::deserialize_present"
+        deserialize_with = "baton_run::program::deserialize_present"
     )]
     pub result: Option<Settlement>,
 }
@@ -56,13 +55,13 @@ pub(crate) struct TurnRecord {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "baton_run::deserialize_present"
+        deserialize_with = "baton_run::program::deserialize_present"
     )]
     pub coordinator: Option<ProcessId>,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "baton_run::deserialize_present"
+        deserialize_with = "baton_run::program::deserialize_present"
     )]
     pub decided: Option<Decided>,
     pub number: u64,

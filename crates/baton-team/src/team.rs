@@ -4,10 +4,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use baton_run::program::{
+    Boundary, ChildOutcome, Condition, Definition, Descriptor, Effect, Execution, ExecutionState,
+    SchemaViolation, Signal, SignalBody, StepError, Transition,
+};
 use baton_run::{
-    Boundary, ChildKey, ChildOutcome, Condition, Definition, Descriptor, Effect, Execution,
-    ExecutionState, Failure, FailureKind, Name, Payload, PayloadError, Program, Quota,
-    SchemaViolation, Settlement, Signal, SignalBody, Status, StepError, Termination, Transition,
+    ChildKey, Failure, FailureKind, Name, Payload, PayloadError, Program, Quota, Settlement,
+    Status, Termination,
 };
 
 use crate::codec::{self, CodecError, Memo};
@@ -775,10 +778,8 @@ mod tests {
     //! Restore by difference against the full decode, over states a team
     //! produces and corrupted ones.
 
-    use baton_run::{
-        ChildKey, EffectId, Failure, ProcessId, ProgramConfig, Schema, Settlement, SignalId,
-        StartId,
-    };
+    use baton_run::program::{ProgramConfig, Schema};
+    use baton_run::{ChildKey, EffectId, Failure, ProcessId, Settlement, SignalId, StartId};
     use proptest::prelude::*;
     use serde_json::{Value, json};
 
@@ -810,8 +811,8 @@ mod tests {
                     .expect("valid"),
             )),
             dispatcher: None,
-            implementation: baton_run::implementation_digest("memo", "1"),
-            configuration: baton_run::configuration_digest(&"w.num").expect("encodes"),
+            implementation: baton_run::program::implementation_digest("memo", "1"),
+            configuration: baton_run::program::configuration_digest(&"w.num").expect("encodes"),
         });
         let coordinator = Policy::new(PolicyConfig {
             name: "test.coordinator".into(),

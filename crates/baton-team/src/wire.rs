@@ -8,9 +8,9 @@
 
 use std::borrow::Cow;
 
+use baton_run::program::{ChildSignal, Descriptor};
 use baton_run::{
-    ChildKey, ChildSignal, Descriptor, Failure, Meters, Name, Payload, ProcessId, Settlement,
-    Status, Termination,
+    ChildKey, Failure, Meters, Name, Payload, ProcessId, Settlement, Status, Termination,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -275,7 +275,7 @@ pub struct Decision {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "baton_run::deserialize_present"
+        deserialize_with = "baton_run::program::deserialize_present"
     )]
     #[schemars(with = "Mode")]
     pub mode: Option<Mode>,
@@ -292,7 +292,7 @@ pub struct Decision {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "baton_run::deserialize_present"
+        deserialize_with = "baton_run::program::deserialize_present"
     )]
     #[schemars(with = "Payload")]
     pub output: Option<Payload>,

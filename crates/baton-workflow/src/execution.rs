@@ -2,10 +2,12 @@
 
 use std::sync::Arc;
 
-use baton_run::{
-    Boundary, ChildKey, Condition, Effect, Execution, ExecutionState, Failure, FailureKind,
-    Payload, ProcessId, Schema, Settlement, Signal, SignalBody, Status, StepError, Termination,
+use baton_run::program::{
+    Boundary, Condition, Effect, Execution, ExecutionState, Schema, Signal, SignalBody, StepError,
     Transition,
+};
+use baton_run::{
+    ChildKey, Failure, FailureKind, Payload, ProcessId, Settlement, Status, Termination,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -86,11 +88,11 @@ struct SlotStatusWire {
     status: SlotPhase,
     // A member is absent or holds a value (`null` is a present output, and
     // no process or failure).
-    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
+    #[serde(default, deserialize_with = "baton_run::program::deserialize_present")]
     process: Option<ProcessId>,
-    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
+    #[serde(default, deserialize_with = "baton_run::program::deserialize_present")]
     output: Option<Payload>,
-    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
+    #[serde(default, deserialize_with = "baton_run::program::deserialize_present")]
     failure: Option<Failure>,
 }
 

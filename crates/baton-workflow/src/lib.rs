@@ -1,6 +1,6 @@
 //! # baton-workflow: workflow stages as one Baton program
 //!
-//! Owns the workflow [`Definition`](baton_run::Definition): an ordered,
+//! Owns the workflow [`Definition`](baton_run::program::Definition): an ordered,
 //! non-empty list of sealed [`Stage`]s with unique lowercase ids, where the
 //! workflow's input is the first stage's input and its output the last
 //! stage's output. Adjacent stage schemas must match byte for byte; that is

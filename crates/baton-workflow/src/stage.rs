@@ -3,7 +3,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use baton_run::{Budget, Capabilities, Payload, Program, Schema};
+use baton_run::program::Schema;
+use baton_run::{Budget, Capabilities, Payload, Program};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

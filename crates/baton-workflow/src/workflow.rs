@@ -3,11 +3,11 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use baton_run::{
-    Budget, Capabilities, Definition, Descriptor, DescriptorError, Digest, Execution,
-    ExecutionState, Payload, Program, ProgramConfig, Schema, StepError, configuration_digest,
-    implementation_digest,
+use baton_run::program::{
+    Definition, Descriptor, DescriptorError, Execution, ExecutionState, ProgramConfig, Schema,
+    StepError, configuration_digest, implementation_digest,
 };
+use baton_run::{Budget, Capabilities, Digest, Payload, Program};
 use serde::Serialize;
 
 use crate::execution::{Run, State};

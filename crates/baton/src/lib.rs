@@ -249,7 +249,7 @@ pub use baton_agent as agent;
 pub use baton_team as team;
 
 /// Durable store backends, each behind its cargo feature. The store
-/// contract and the in-memory store are in [`run`] (`baton::run::Store`,
+/// contract and the in-memory store are in [`run`] (`baton::run::store::Store`,
 /// `baton::run::MemoryStore`).
 pub mod store {
     #[cfg(feature = "sqlite")]

@@ -12,7 +12,7 @@ use crate::ids::{ChildKey, ProcessId, Scope, TreeId};
 use crate::payload::Payload;
 
 use super::actor::Command;
-use super::error::{ControlError, OutputError, TreeError, RuntimeError, SignalError};
+use super::error::{ControlError, OutputError, RuntimeError, SignalError, TreeError};
 use super::shared::TreeShared;
 use super::view::{TreeView, Visibility};
 use super::{EngineInner, SignalReceipt, SignalRequest};

@@ -20,7 +20,7 @@ use crate::protocol::{Execution, Program};
 use crate::storage::{Append, AppendOutcome, TreeMeta};
 
 use super::actor::{Actor, Channels, Command};
-use super::error::{TreeError, RuntimeError, StartError};
+use super::error::{RuntimeError, StartError, TreeError};
 use super::lease::{Held, acquire};
 use super::round::{InitError, initialize};
 use super::shared::{Door, Published, Publisher, TreeOutcome, TreeShared};

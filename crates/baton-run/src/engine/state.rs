@@ -883,10 +883,7 @@ pub(crate) fn ending_failure(cause: Cause, reason: &str) -> Failure {
 
 /// Folds a stored tree: verifies the chain from the snapshot head, decodes
 /// the snapshot and applies the records after it.
-pub(super) fn fold(
-    tree: TreeId,
-    load: &TreeLoad,
-) -> Result<(TreeState, u64, Digest), TreeError> {
+pub(super) fn fold(tree: TreeId, load: &TreeLoad) -> Result<(TreeState, u64, Digest), TreeError> {
     let corrupt = |message: String| TreeError::Corrupt { tree, message };
     let (start_seq, start_head, mut state) = match &load.snapshot {
         Some(snapshot) => {

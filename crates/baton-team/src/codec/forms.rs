@@ -6,7 +6,8 @@
 //! carries exactly one of a signal and a cancel reason. The same task rules
 //! are checked on borrowed text by `view`, through [`check_task`].
 
-use baton_run::{ChildKey, ChildSignal, Failure, ProcessId, Termination};
+use baton_run::program::ChildSignal;
+use baton_run::{ChildKey, Failure, ProcessId, Termination};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -21,13 +22,13 @@ pub(crate) struct TaskWire {
     /// What was requested.
     request: TaskRequest,
     /// The task's process, once admitted.
-    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
+    #[serde(default, deserialize_with = "baton_run::program::deserialize_present")]
     process: Option<ProcessId>,
     /// How it ended (with the effects left unresolved in its subtree), once it drained.
-    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
+    #[serde(default, deserialize_with = "baton_run::program::deserialize_present")]
     outcome: Option<Termination>,
     /// Why its start was refused.
-    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
+    #[serde(default, deserialize_with = "baton_run::program::deserialize_present")]
     rejection: Option<Failure>,
 }
 
@@ -77,13 +78,13 @@ pub(crate) struct ControlWire {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "baton_run::deserialize_present"
+        deserialize_with = "baton_run::program::deserialize_present"
     )]
     signal: Option<ChildSignal>,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "baton_run::deserialize_present"
+        deserialize_with = "baton_run::program::deserialize_present"
     )]
     cancel_reason: Option<String>,
 }

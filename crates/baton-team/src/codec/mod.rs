@@ -34,7 +34,8 @@ pub(crate) mod turn;
 mod turn_memo;
 mod view;
 
-use baton_run::{ChildKey, PayloadError, WriteError};
+use baton_run::program::WriteError;
+use baton_run::{ChildKey, PayloadError};
 
 pub(crate) use forms::{ControlWire, TaskWire};
 pub(crate) use memo::Memo;

@@ -13,7 +13,8 @@
 
 use std::ops::Range;
 
-use baton_run::{Payload, PayloadWriter};
+use baton_run::Payload;
+use baton_run::program::PayloadWriter;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
@@ -29,15 +30,19 @@ use crate::team::Shared;
 struct RecordIn<'a> {
     #[serde(default, deserialize_with = "only_true")]
     completed: bool,
-    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
+    #[serde(default, deserialize_with = "baton_run::program::deserialize_present")]
     initial: Option<Payload>,
     /// Present even when empty: a full decode rejects an empty list, and a
     /// decode by difference may have cut every task out of it.
-    #[serde(default, borrow, deserialize_with = "baton_run::deserialize_present")]
+    #[serde(
+        default,
+        borrow,
+        deserialize_with = "baton_run::program::deserialize_present"
+    )]
     tasks: Option<Vec<&'a RawValue>>,
     #[serde(default, deserialize_with = "non_empty")]
     controls: Option<Vec<Receipt>>,
-    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
+    #[serde(default, deserialize_with = "baton_run::program::deserialize_present")]
     turn: Option<TurnRecord>,
 }
 

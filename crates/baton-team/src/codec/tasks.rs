@@ -14,7 +14,8 @@
 //! over the recorded text plus work in proportion to the tasks that can
 //! change.
 
-use baton_run::{Payload, PayloadWriter, ProcessId};
+use baton_run::program::PayloadWriter;
+use baton_run::{Payload, ProcessId};
 use serde::Serialize;
 use std::ops::Range;
 

@@ -1,6 +1,7 @@
 //! The coordinator's [`Turn`](crate::Turn), written from canonical parts.
 
-use baton_run::{Payload, PayloadWriter};
+use baton_run::Payload;
+use baton_run::program::PayloadWriter;
 
 use super::CodecError;
 use super::tasks::Tasks;

@@ -22,7 +22,8 @@
 
 use std::sync::Arc;
 
-use baton_run::{Descriptor, Payload};
+use baton_run::Payload;
+use baton_run::program::Descriptor;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 

@@ -30,11 +30,11 @@ use crate::Task;
 pub(crate) struct TaskView<'a> {
     #[serde(borrow)]
     pub request: RequestView<'a>,
-    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
+    #[serde(default, deserialize_with = "baton_run::program::deserialize_present")]
     pub process: Option<ProcessId>,
-    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
+    #[serde(default, deserialize_with = "baton_run::program::deserialize_present")]
     pub outcome: Option<OutcomeView>,
-    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
+    #[serde(default, deserialize_with = "baton_run::program::deserialize_present")]
     pub rejection: Option<FailureView>,
 }
 
@@ -56,7 +56,7 @@ pub(crate) struct OutcomeView {
     status: Status,
     cause: Cause,
     // An explicit JSON `null` output is a present output.
-    #[serde(default, deserialize_with = "baton_run::deserialize_present")]
+    #[serde(default, deserialize_with = "baton_run::program::deserialize_present")]
     output: Option<IgnoredAny>,
     // As in the kernel's wire form: a plain option (`null` is absent).
     #[serde(default)]
