@@ -768,11 +768,6 @@ async fn killing_the_root_kills_the_subtree_and_events_carry_paths() {
     assert_eq!(child_paths, [vec!["a".to_owned()], vec!["b".to_owned()]]);
 }
 
-#[test]
-fn unused_items_compile() {
-    let _ = request::<u8>;
-}
-
 /// Invariants every finished tree keeps.
 fn check_invariants(view: &TreeView) -> Result<(), TestCaseError> {
     for process in &view.processes {
