@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::common::{Kind, id, program};
 use baton_run::{
     ChildKey, Definition, Descriptor, EffectId, Execution, ExecutionState, Payload, ProcessId,
     Schema, Settlement, Signal, SignalBody, SignalId, StepError, Transition, WaitId,
 };
+use baton_testkit::programs::{Kind, program, start_id};
 use baton_testkit::{ConformanceCase, definition_conformance};
 use serde_json::json;
 
@@ -25,7 +25,7 @@ fn settled(effect: EffectId, value: &str) -> Signal {
 
 #[test]
 fn test_programs_conform() {
-    let root = ProcessId::root(&id("conformance"));
+    let root = ProcessId::root(&start_id("conformance"));
     let (a, b) = (EffectId::new(root, 0, 0), EffectId::new(root, 0, 1));
     let dispatch = program(Kind::Dispatch, None);
     let steps = definition_conformance(

@@ -2,7 +2,6 @@
 //! trees, stores, payloads, schemas and the payload writer.
 #![allow(missing_docs)]
 
-mod common;
 mod conformance;
 mod engine;
 mod payload;

@@ -1,110 +1,13 @@
-//! Recovery from a compacted snapshot plus the records after it, and the
-//! committed event stream.
-
-use crate::common;
+//! Snapshots on the memory store: a store keeping its history still loads
+//! from its latest snapshot, and snapshot pacing bounds the tail a recovery
+//! folds. Recovery from a snapshot on any store runs in the engine
+//! conformance kit (`engine.rs`).
 
 use std::sync::Arc;
 
-use crate::common::{Kind, open_wait, program, request};
-use baton_run::{
-    EngineConfig, EventKind, MemoryStore, Payload, RecoverOptions, ReplayPolicy, Scope, SignalId,
-    SignalReceipt, SignalRequest, Status, Store,
-};
-use baton_testkit::ScriptedDispatcher;
+use baton_run::{EngineConfig, MemoryStore, Payload, Scope, SignalId, SignalRequest, Store};
+use baton_testkit::programs::{Kind, engine, open_wait, program, request};
 use serde_json::json;
-
-#[tokio::test]
-async fn a_tree_recovers_from_a_snapshot_after_its_records_were_compacted() {
-    let ask = program(Kind::Ask, None);
-    let store = MemoryStore::new();
-    let mut config = EngineConfig::new(store.clone()).program(&ask);
-    config.snapshot_every = 2;
-    let first = baton_run::Engine::new(config);
-    let handle = first
-        .start(&ask, request("snap", "q"))
-        .await
-        .expect("starts");
-    let wait = open_wait(&handle).await;
-    for index in 0..5 {
-        let note = SignalRequest {
-            id: SignalId::new(format!("note-{index}")).expect("valid"),
-            wait: None,
-            payload: Payload::encode(&json!({ "note": format!("n{index}") })).expect("encodes"),
-        };
-        assert_eq!(handle.signal(note).await, Ok(SignalReceipt::Admitted));
-    }
-    let tree = handle.tree();
-    let scope = Scope::new("acme").expect("valid");
-    let head = first.verify(&scope, tree).await.expect("verifies");
-    assert!(
-        store.records(tree).len() < head as usize,
-        "records covered by a snapshot were compacted"
-    );
-    drop(first);
-
-    let second = common::engine(Arc::new(store.clone()), &[&ask]);
-    second
-        .recover(RecoverOptions::default())
-        .await
-        .expect("recovers");
-    let handle = second
-        .process::<serde_json::Value>(&scope, tree)
-        .await
-        .expect("attached");
-    assert_eq!(
-        handle.inspect().await.expect("inspects").root().mailbox,
-        5,
-        "notes survived"
-    );
-    let answer = SignalRequest {
-        id: SignalId::new("answer").expect("valid"),
-        wait: Some(wait),
-        payload: Payload::encode(&false).expect("encodes"),
-    };
-    assert_eq!(handle.signal(answer).await, Ok(SignalReceipt::Admitted));
-    assert_eq!(handle.output().await.expect("completes"), json!(false));
-}
-
-#[tokio::test]
-async fn events_report_committed_facts_in_order() {
-    let dispatcher = ScriptedDispatcher::echo(ReplayPolicy::Never);
-    let program = program(Kind::Dispatch, Some(Arc::new(dispatcher)));
-    let engine = common::engine(Arc::new(MemoryStore::new()), &[&program]);
-    let mut events = engine.events();
-    let handle = engine
-        .start(&program, request("events", json!(["a"])))
-        .await
-        .expect("starts");
-    assert_eq!(
-        handle.await_result().await.expect("terminates").status(),
-        Status::Completed
-    );
-    let mut seen = Vec::new();
-    while let Ok(event) = events.try_recv() {
-        assert_eq!(event.tree, handle.tree());
-        seen.push(match event.kind {
-            EventKind::ProcessStarted { .. } => "started".to_owned(),
-            EventKind::StepAdopted { transition, .. } => format!("step:{transition}"),
-            EventKind::EffectPending { .. } => "pending".to_owned(),
-            EventKind::EffectSettled { .. } => "settled".to_owned(),
-            EventKind::Terminated { status, .. } => format!("terminated:{status}"),
-            EventKind::Drained { status } => format!("drained:{status}"),
-            other => format!("{other:?}"),
-        });
-    }
-    assert_eq!(
-        seen,
-        [
-            "started",
-            "step:continue",
-            "pending",
-            "settled",
-            "step:complete",
-            "terminated:completed",
-            "drained:completed"
-        ]
-    );
-}
 
 #[tokio::test]
 async fn a_store_keeping_history_still_loads_from_its_latest_snapshot() {
@@ -129,7 +32,7 @@ async fn a_store_keeping_history_still_loads_from_its_latest_snapshot() {
         "the history is kept"
     );
     drop(first);
-    let second = common::engine(Arc::new(store.clone()), &[&ask]);
+    let second = engine(Arc::new(store.clone()), &[&ask]);
     let handle = second
         .process::<serde_json::Value>(&scope, tree)
         .await

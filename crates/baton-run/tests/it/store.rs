@@ -1,18 +1,14 @@
-//! The memory store's leases, fencing and compare-and-swap, and fencing of
-//! a live engine by a forced takeover.
+//! The memory store's leases, fencing and compare-and-swap. Fencing of live
+//! engines runs in the engine conformance kit (`engine.rs`).
 
-use crate::common;
-
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{Kind, id, open_wait, program, request};
 use baton_run::log::{Record, RecordBody};
 use baton_run::{
-    AcquireRequest, Acquired, Append, AppendOutcome, Cause, Digest, Engine, EngineConfig,
-    MemoryStore, Payload, ProcessId, RecoverOptions, RuntimeError, Scope, SignalError, SignalId,
-    SignalRequest, Sleep, Store, Termination, Timestamp, TreeMeta, TreeStatus,
+    AcquireRequest, Acquired, Append, AppendOutcome, Cause, Digest, MemoryStore, ProcessId, Scope,
+    Store, Termination, Timestamp, TreeMeta, TreeStatus,
 };
+use baton_testkit::programs::start_id;
 
 fn acquire(tree: ProcessId, owner: &str, now: u64, force: bool) -> AcquireRequest {
     AcquireRequest {
@@ -47,7 +43,7 @@ fn record(seq: u64, prev: Digest, tree: ProcessId) -> Record {
 #[tokio::test]
 async fn leases_fence_old_writers_and_appends_compare_and_swap() {
     let store = MemoryStore::new();
-    let tree = ProcessId::root(&id("lease"));
+    let tree = ProcessId::root(&start_id("lease"));
     let Acquired::Granted { lease: a, .. } = store
         .acquire(acquire(tree, "a", 0, false))
         .await
@@ -90,7 +86,7 @@ async fn leases_fence_old_writers_and_appends_compare_and_swap() {
         [AppendOutcome::Duplicate]
     );
     // A different record at a committed sequence, or a gap, is a conflict.
-    let other = record(1, Digest::ZERO, ProcessId::root(&id("other")));
+    let other = record(1, Digest::ZERO, ProcessId::root(&start_id("other")));
     assert_eq!(
         store
             .append(vec![append(a.token, vec![other])])
@@ -147,155 +143,5 @@ async fn leases_fence_old_writers_and_appends_compare_and_swap() {
             .renew(tree, b.token, Timestamp(9_000))
             .await
             .expect("ok")
-    );
-}
-
-#[tokio::test]
-async fn a_forced_takeover_stops_the_old_engine_without_writing() {
-    let ask = program(Kind::Ask, None);
-    let store = MemoryStore::keeping_history();
-    let old = common::engine(Arc::new(store.clone()), &[&ask]);
-    let handle = old
-        .start(&ask, request("fenced", "q"))
-        .await
-        .expect("starts");
-    let wait = open_wait(&handle).await;
-
-    let new = common::engine(Arc::new(store.clone()), &[&ask]);
-    // The old engine is alive, so its lease is respected unless forced.
-    let report = new.recover(RecoverOptions::default()).await.expect("lists");
-    assert_eq!(
-        report[0].1.as_ref().expect_err("held").code(),
-        "engine.lease.held"
-    );
-    let report = new
-        .recover(RecoverOptions {
-            force: true,
-            scope: None,
-        })
-        .await
-        .expect("lists");
-    assert!(report[0].1.is_ok());
-    let before = store.records(handle.tree()).len();
-
-    let answer = SignalRequest {
-        id: SignalId::new("to-old").expect("valid"),
-        wait: Some(wait),
-        payload: Payload::encode(&true).expect("encodes"),
-    };
-    let error = handle
-        .signal(answer)
-        .await
-        .expect_err("the old writer is fenced");
-    assert!(
-        matches!(error, SignalError::Stopped(RuntimeError::Fenced { .. })),
-        "{error:?}"
-    );
-    assert_eq!(
-        store.records(handle.tree()).len(),
-        before,
-        "the fenced writer wrote nothing"
-    );
-    assert!(matches!(
-        handle.await_result().await,
-        Err(RuntimeError::Fenced { .. })
-    ));
-}
-
-#[tokio::test]
-async fn a_sleeping_tree_whose_log_moved_wakes_stopped_in_every_sleep_mode() {
-    for (index, sleep) in [Sleep::Packed, Sleep::Unloaded].into_iter().enumerate() {
-        let ask = program(Kind::Ask, None);
-        let store = MemoryStore::keeping_history();
-        let mut config = EngineConfig::with_store(Arc::new(store.clone())).program(&ask);
-        config.sleep = sleep;
-        let old = Engine::new(config);
-        let handle = old
-            .start(&ask, request(&format!("moved-{index}"), "q"))
-            .await
-            .expect("starts");
-        let wait = open_wait(&handle).await;
-
-        // Another engine takes the tree over and answers it to the end.
-        let new = common::engine(Arc::new(store.clone()), &[&ask]);
-        let report = new
-            .recover(RecoverOptions {
-                force: true,
-                scope: None,
-            })
-            .await
-            .expect("lists");
-        assert!(report[0].1.is_ok(), "{sleep:?}");
-        let scope = Scope::new("acme").expect("valid");
-        let taken = new
-            .process::<serde_json::Value>(&scope, handle.tree())
-            .await
-            .expect("taken over");
-        let answer = |id: &str| SignalRequest {
-            id: SignalId::new(id).expect("valid"),
-            wait: Some(wait),
-            payload: Payload::encode(&true).expect("encodes"),
-        };
-        taken.signal(answer("to-new")).await.expect("admitted");
-        taken.join().await.expect("completes");
-        let before = store.records(handle.tree()).len();
-
-        // The sleeping old writer wakes to a log that moved: it stops
-        // without writing, whether it kept its state or reloads it.
-        let error = handle
-            .signal(answer("to-old"))
-            .await
-            .expect_err("the old writer is stopped");
-        assert!(
-            matches!(
-                error,
-                SignalError::Stopped(RuntimeError::Fenced { .. } | RuntimeError::Conflict { .. })
-            ),
-            "{sleep:?}: {error:?}"
-        );
-        assert_eq!(store.records(handle.tree()).len(), before, "{sleep:?}");
-    }
-}
-
-#[tokio::test]
-async fn closing_an_engine_releases_every_sleeping_tree_and_tells_its_handles() {
-    let ask = program(Kind::Ask, None);
-    let store = MemoryStore::keeping_history();
-    let engine = common::engine(Arc::new(store.clone()), &[&ask]);
-    let mut handles = Vec::new();
-    for index in 0..8 {
-        let handle = engine
-            .start(&ask, request(&format!("sleeper-{index}"), "q"))
-            .await
-            .expect("starts");
-        open_wait(&handle).await;
-        handles.push(handle);
-    }
-    let before: Vec<usize> = handles
-        .iter()
-        .map(|h| store.records(h.tree()).len())
-        .collect();
-    engine.close().await;
-    for handle in &handles {
-        assert!(matches!(
-            handle.await_result().await,
-            Err(RuntimeError::Closed { .. })
-        ));
-    }
-    let after: Vec<usize> = handles
-        .iter()
-        .map(|h| store.records(h.tree()).len())
-        .collect();
-    assert_eq!(before, after, "closing wrote nothing");
-    // Every lease was given up: a new engine takes every tree without force.
-    let next = common::engine(Arc::new(store.clone()), &[&ask]);
-    let report = next
-        .recover(RecoverOptions::default())
-        .await
-        .expect("lists");
-    assert_eq!(report.len(), 8);
-    assert!(
-        report.iter().all(|(_, result)| result.is_ok()),
-        "{report:?}"
     );
 }

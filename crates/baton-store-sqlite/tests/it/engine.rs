@@ -1,26 +1,35 @@
-//! Engine scenarios of `baton-run`'s own tests, run on a temp-file
-//! `SqliteStore`, so behaviour cannot drift between backends; plus tamper
-//! detection by editing the database file directly.
-
-// The very test programs of the kernel's engine tests, so the same
-// behaviour is checked on the SQLite store.
-#[path = "../../../baton-run/tests/it/common.rs"]
-#[allow(dead_code)]
-mod common;
+//! The engine's behaviour on a temp-file `SqliteStore`: the whole engine
+//! conformance kit of `baton-testkit`, so behaviour cannot drift between
+//! backends; plus what only a file can show: tamper detection by editing
+//! the database file directly, and recovery by a fresh engine on a reopened
+//! file.
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use baton_run::log::RecordKind;
 use baton_run::{
-    Engine, EngineConfig, FailureKind, Payload, RecoverError, RecoverOptions, ReplayPolicy,
-    RuntimeError, Scope, SignalError, SignalId, SignalReceipt, SignalRequest, Status, Store,
-    TreeId, TreeStatus,
+    Engine, EngineConfig, Payload, RecoverError, RecoverOptions, ReplayPolicy, RuntimeError, Scope,
+    SignalId, SignalReceipt, SignalRequest, Status, Store, TreeId, TreeStatus,
 };
 use baton_store_sqlite::{SqliteConfig, SqliteStore};
-use baton_testkit::ScriptedDispatcher;
-use common::{Kind, engine, open_wait, program, request};
-use serde_json::{Value, json};
+use baton_testkit::programs::{Kind, SCOPE, engine, open_wait, program, request};
+use baton_testkit::{ScriptedDispatcher, engine_conformance};
+use serde_json::json;
+
+#[tokio::test]
+async fn the_engine_conforms_on_the_sqlite_store() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let next = AtomicUsize::new(0);
+    let fresh = || {
+        let path = dir
+            .path()
+            .join(format!("store-{}.db", next.fetch_add(1, Ordering::Relaxed)));
+        SqliteStore::open(path).expect("opens")
+    };
+    engine_conformance(fresh).await;
+}
 
 fn keeping_history(path: &Path) -> SqliteStore {
     SqliteStore::open_with(
@@ -42,7 +51,7 @@ fn answer(id: &str, wait: baton_run::WaitId, value: bool) -> SignalRequest {
 }
 
 fn scope() -> Scope {
-    Scope::new("acme").expect("valid")
+    Scope::new(SCOPE).expect("valid")
 }
 
 /// Where a record's bytes live in the file: inline, or its first chunk.
@@ -127,31 +136,19 @@ async fn tamper_is_detected(path: &Path, tree: TreeId, seq: u64) {
 }
 
 #[tokio::test]
-async fn three_dispatches_complete_in_declaration_order_and_the_log_verifies() {
+async fn editing_any_stored_record_in_the_file_is_detected_at_that_record() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("store.db");
     let dispatcher = ScriptedDispatcher::echo(ReplayPolicy::Never);
-    let program = program(Kind::Dispatch, Some(Arc::new(dispatcher.clone())));
+    let program = program(Kind::Dispatch, Some(Arc::new(dispatcher)));
     let store = keeping_history(&path);
     let engine = engine(Arc::new(store.clone()), &[&program]);
     let handle = engine
         .start(&program, request("three", json!(["a", "b", "c"])))
         .await
         .expect("starts");
-    let termination = handle.await_result().await.expect("terminates");
+    let termination = handle.join().await.expect("joins");
     assert_eq!(termination.status(), Status::Completed);
-    let outputs: Vec<Value> = termination
-        .output()
-        .expect("output")
-        .decode()
-        .expect("decodes");
-    let texts: Vec<&str> = outputs
-        .iter()
-        .map(|o| o["output"].as_str().expect("text"))
-        .collect();
-    assert_eq!(texts, ["a", "b", "c"]);
-    assert_eq!(dispatcher.total(), 3);
-    handle.join().await.expect("joins");
 
     // A second tree whose first record is large enough to be chunked.
     let big = "z".repeat(40_000);
@@ -188,84 +185,6 @@ async fn three_dispatches_complete_in_declaration_order_and_the_log_verifies() {
     let verifier = Engine::new(EngineConfig::new(keeping_history(&path)));
     assert_eq!(verifier.verify(&scope(), handle.tree()).await, Ok(head));
     assert!(verifier.verify(&scope(), large.tree()).await.is_ok());
-}
-
-#[tokio::test]
-async fn host_signals_are_idempotent_by_id_and_validated_before_commit() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let program = program(Kind::Ask, None);
-    let store = keeping_history(&dir.path().join("store.db"));
-    let engine = engine(Arc::new(store.clone()), &[&program]);
-    let handle = engine
-        .start(&program, request("ask", "deploy?"))
-        .await
-        .expect("starts");
-    let wait = open_wait(&handle).await;
-    let count = || {
-        let store = store.clone();
-        let tree = handle.tree();
-        async move { store.records(tree).await.expect("reads").len() }
-    };
-    let before = count().await;
-
-    let note = |text: Value| SignalRequest {
-        id: SignalId::new("note-1").expect("valid"),
-        wait: None,
-        payload: Payload::encode(&text).expect("encodes"),
-    };
-    let error = handle
-        .signal(note(json!({"bogus": 1})))
-        .await
-        .expect_err("rejected");
-    match &error {
-        SignalError::Rejected(failure) => {
-            assert_eq!(failure.kind, FailureKind::Contract);
-            assert_eq!(failure.code(), "engine.signal.rejected");
-        }
-        other => panic!("unexpected {other:?}"),
-    }
-    let bad = SignalRequest {
-        payload: Payload::encode(&"yes").expect("encodes"),
-        ..answer("bad", wait, true)
-    };
-    assert_eq!(
-        handle.signal(bad).await.expect_err("rejected").code(),
-        "engine.signal.answer.invalid"
-    );
-    assert_eq!(count().await, before);
-
-    assert_eq!(
-        handle.signal(note(json!({"note": "hi"}))).await,
-        Ok(SignalReceipt::Admitted)
-    );
-    let signals = |view: baton_run::TreeView| view.root().usage.signals;
-    let after_first = signals(handle.inspect().await.expect("inspects"));
-    assert_eq!(
-        handle.signal(note(json!({"note": "hi"}))).await,
-        Ok(SignalReceipt::Duplicate)
-    );
-    assert_eq!(
-        signals(handle.inspect().await.expect("inspects")),
-        after_first
-    );
-    assert_eq!(count().await, before + 1);
-    assert!(matches!(
-        handle.signal(note(json!({"note": "different"}))).await,
-        Err(SignalError::Conflict { .. })
-    ));
-    assert_eq!(
-        handle.inspect().await.expect("inspects").root().status,
-        Status::Waiting
-    );
-    assert_eq!(
-        handle.signal(answer("a1", wait, true)).await,
-        Ok(SignalReceipt::Admitted)
-    );
-    assert_eq!(handle.output().await.expect("completes"), json!(true));
-    assert!(matches!(
-        handle.signal(answer("a2", wait, false)).await,
-        Err(SignalError::Terminated { .. })
-    ));
 }
 
 #[tokio::test]

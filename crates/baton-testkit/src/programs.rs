@@ -1,9 +1,18 @@
-//! Test programs shared by the engine tests.
+//! The test programs of [`engine_conformance`](crate::engine_conformance),
+//! public so that the kernel's own tests and each backend's tests drive the
+//! very same programs: one program per [`Kind`], a [`parent`] that runs
+//! children by a [`Plan`], and the helpers the scenarios start them with.
+//!
+//! Every start id the helpers make is in the scope [`SCOPE`].
+
+mod parent;
+
+pub use parent::{Plan, parent};
 
 use std::sync::Arc;
 
 use baton_run::{
-    Budget, ChildKey, Definition, Descriptor, Dispatcher, Effect, Engine, EngineConfig, Execution,
+    ChildKey, Definition, Descriptor, Dispatcher, Effect, Engine, EngineConfig, Execution,
     ExecutionState, Failure, Meters, Name, Payload, Program, ProgramConfig, Schema, Signal,
     SignalBody, StartId, StartRequest, StepError, Store, Transition, WaitId, configuration_digest,
     implementation_digest,
@@ -180,7 +189,11 @@ impl Execution for TestExecution {
     }
 }
 
-/// Binds a test program; the configuration digest covers the kind.
+/// Binds the test program of `kind` (named `test.<kind>`); the configuration
+/// digest covers the kind. Its input schema is any value, a string for
+/// [`Kind::Ask`] and a number for [`Kind::Metered`]; it accepts unaddressed
+/// notes `{"note": "..."}` as signals. A [`Kind::Dispatch`] or
+/// [`Kind::Metered`] program needs a `dispatcher`.
 pub fn program(kind: Kind, dispatcher: Option<Arc<dyn Dispatcher>>) -> Program<Value, Value> {
     let name = format!("test.{}", format!("{kind:?}").to_lowercase());
     let input = match kind {
@@ -200,10 +213,15 @@ pub fn program(kind: Kind, dispatcher: Option<Arc<dyn Dispatcher>>) -> Program<V
     })
 }
 
-pub fn id(key: &str) -> StartId {
-    StartId::new("acme", key).expect("valid")
+/// The scope of every start id the helpers make.
+pub const SCOPE: &str = "acme";
+
+/// The start id `key` in [`SCOPE`].
+pub fn start_id(key: &str) -> StartId {
+    StartId::new(SCOPE, key).expect("valid")
 }
 
+/// An engine on `store` with `programs` registered.
 pub fn engine(store: Arc<dyn Store>, programs: &[&Program<Value, Value>]) -> Engine {
     let mut config = EngineConfig::with_store(store);
     for program in programs {
@@ -212,15 +230,13 @@ pub fn engine(store: Arc<dyn Store>, programs: &[&Program<Value, Value>]) -> Eng
     Engine::new(config)
 }
 
+/// A start of a [`program`] under the id `key` with `input`.
 pub fn request<I: Serialize>(key: &str, input: I) -> StartRequest<Value> {
-    StartRequest::new(id(key), serde_json::to_value(input).expect("encodes"))
+    StartRequest::new(start_id(key), serde_json::to_value(input).expect("encodes"))
 }
 
-pub fn budget_steps(steps: u64) -> Budget {
-    Budget::unlimited().with_steps(steps)
-}
-
-/// Polls the tree until its root has an open wait, and returns it.
+/// Polls the tree until the process of `handle` waits on an open wait, and
+/// returns the wait.
 pub async fn open_wait<O>(handle: &baton_run::ProcessHandle<O>) -> WaitId {
     for _ in 0..10_000 {
         let view = handle.inspect().await.expect("inspects");
