@@ -49,10 +49,13 @@ pub const ARCHITECTURE: &[(&str, &[&str])] = &[
             "baton-store-postgres",
         ],
     ),
-    // Applications and workspace scenarios go through the facade (plus the testkit).
-    ("baton-cli", &["baton", "baton-testkit"]),
-    ("baton-bench", &["baton", "baton-testkit"]),
-    ("baton-tests", &["baton", "baton-testkit"]),
+    // The examples are an application of the facade, shared as a library.
+    ("baton-examples", &["baton"]),
+    // Applications and workspace scenarios go through the facade (plus the testkit and the
+    // shared examples).
+    ("baton-cli", &["baton", "baton-testkit", "baton-examples"]),
+    ("baton-bench", &["baton", "baton-testkit", "baton-examples"]),
+    ("baton-tests", &["baton", "baton-testkit", "baton-examples"]),
     // Tooling depends on no workspace crate.
     ("xtask", &[]),
 ];

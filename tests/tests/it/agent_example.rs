@@ -1,13 +1,10 @@
 //! The worked example of the team specification with a model-backed
 //! coordinator: an `Adapter` over an interaction on a `ScriptedModel` that
 //! decides from the Turn it is given, an `InputGate` worker and a reviewer
-//! workflow. The program is the facade's `team_review` example itself.
-
-#[path = "../../../crates/baton/examples/team_review.rs"]
-#[allow(dead_code)]
-mod example;
+//! workflow. The program is `baton_examples::team_review` itself.
 
 use baton::run::{Engine, EngineConfig, MemoryStore, Payload, StartId, StartRequest, Status};
+use baton_examples::team_review as example;
 
 #[tokio::test]
 async fn the_model_backed_coordinator_runs_the_worked_example() {

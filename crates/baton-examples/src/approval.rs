@@ -1,9 +1,11 @@
 //! A program that asks for approval, runs on an in-memory engine, and
-//! completes once the host answers: the crate-level example of the `baton`
-//! facade as a binary.
+//! completes once the host answers: the program of the `baton` facade's
+//! crate documentation and of the guide `docs/guides/write-a-program.md`.
 //!
-//! Run it with `cargo run -p baton --example approval`.
+//! Run it with `cargo run -p baton-examples --example approval`; it prints
+//! `waiting on w_…; answering yes` and then `deploy: approved=true`.
 
+use std::error::Error;
 use std::sync::Arc;
 
 use baton::run::{
@@ -94,9 +96,9 @@ impl Execution for Run {
     }
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let program = Program::<String, String>::new(ProgramConfig {
+/// Binds the approval program: `String` in (what to approve), `String` out.
+pub fn program() -> Result<Program<String, String>, Box<dyn Error>> {
+    Ok(Program::<String, String>::new(ProgramConfig {
         definition: Arc::new(Approval {
             descriptor: Descriptor::typed::<String, String>(
                 "example.approval",
@@ -106,7 +108,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         dispatcher: None,
         implementation: implementation_digest(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
         configuration: configuration_digest(&())?,
-    });
+    }))
+}
+
+/// Starts the program on an in-memory engine, answers its wait with yes,
+/// and returns the lines the example prints: the wait it answers, then the
+/// output.
+pub async fn run() -> Result<Vec<String>, Box<dyn Error>> {
+    let program = program()?;
     let engine = Engine::new(EngineConfig::new(MemoryStore::new()));
     let start = StartRequest::new(StartId::new("acme", "job-1")?, "deploy".to_string());
     let handle = engine.start(&program, start).await?;
@@ -121,7 +130,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tokio::task::yield_now().await;
     }
     let wait = wait.ok_or("the approval wait never opened")?;
-    println!("waiting on {wait}; answering yes");
+    let mut lines = vec![format!("waiting on {wait}; answering yes")];
 
     handle
         .signal(SignalRequest {
@@ -130,7 +139,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             payload: Payload::encode(&true)?,
         })
         .await?;
-    let output = handle.output().await?;
-    println!("{output}");
-    Ok(())
+    lines.push(handle.output().await?);
+    Ok(lines)
 }

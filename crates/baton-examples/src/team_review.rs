@@ -2,14 +2,15 @@
 //! coordinator keeps working while an input gate is pending, cancels the
 //! gate, has a reviewer workflow review the task, and completes.
 //!
-//! Run it with `cargo run --example team_review -p baton`; it prints
-//! `coordinator continued while input was pending; reviewed: inspect deployment`.
+//! Run it with `cargo run -p baton-examples --example team_review`; it
+//! prints `coordinator continued while input was pending; reviewed: inspect
+//! deployment`.
 //!
 //! The coordinator is an [`Adapter`] over an interaction whose model is a
 //! [`ScriptedModel`] that decides from the `Turn` it is given, exactly as a
 //! provider-backed model would be asked to. The `team` function below is
 //! shared with the `baton demo` command and the workspace test of this
-//! example (they include this file), so all three run the same program.
+//! example (both depend on this crate), so all three run the same program.
 
 use std::sync::Arc;
 
@@ -173,9 +174,9 @@ pub fn team() -> Result<Program<String, String>, Box<dyn std::error::Error>> {
     Ok(team)
 }
 
-#[allow(dead_code)]
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// Runs the team on an in-memory engine to the end and returns its output,
+/// [`EXPECTED`].
+pub async fn run() -> Result<String, Box<dyn std::error::Error>> {
     use baton::run::{Engine, EngineConfig, MemoryStore, StartId, StartRequest};
     let team = team()?;
     let engine = Engine::new(EngineConfig::new(MemoryStore::new()).program(&team));
@@ -183,6 +184,5 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let handle = engine.start(&team, request).await?;
     let output = handle.output().await?;
     handle.join().await?;
-    println!("{output}");
-    Ok(())
+    Ok(output)
 }

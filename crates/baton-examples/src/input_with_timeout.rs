@@ -3,21 +3,23 @@
 //! canceled. A manual clock stands in for wall time so the example runs
 //! instantly: the first race is answered, the second times out.
 //!
-//! Run with `cargo run -p baton-coordination --example input_with_timeout`.
+//! Run with `cargo run -p baton-examples --example input_with_timeout`; it
+//! prints `deploy-1 won by input` and `deploy-2 won by timeout`.
 
+use std::error::Error;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_coordination::{
+use baton::coordination::{
     Answer, Candidate, Deadline, FirstSuccess, FirstSuccessConfig, InputGate, Outcome,
 };
-use baton_run::{
+use baton::run::{
     ChildKey, Engine, EngineConfig, ManualClock, MemoryStore, Payload, ProcessHandle, SignalId,
-    SignalRequest, StartId, StartRequest, Timestamp,
+    SignalRequest, StartId, StartRequest, Timestamp, WaitId,
 };
 
 /// Waits until a child has an open wait and returns its id.
-async fn open_wait(handle: &ProcessHandle<Answer>) -> Result<baton_run::WaitId, String> {
+async fn open_wait(handle: &ProcessHandle<Answer>) -> Result<WaitId, String> {
     for _ in 0..10_000 {
         let view = handle.inspect().await.map_err(|e| e.to_string())?;
         if let Some(wait) = view
@@ -31,9 +33,8 @@ async fn open_wait(handle: &ProcessHandle<Answer>) -> Result<baton_run::WaitId, 
     Err("the gate never opened its wait".into())
 }
 
-/// Runs both races (public so the facade's example can run it too).
-#[tokio::main(flavor = "current_thread")]
-pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// Runs both races and returns the line naming each winner.
+pub async fn run() -> Result<Vec<String>, Box<dyn Error>> {
     let clock = ManualClock::new(Timestamp(1_000));
     let gate = InputGate::typed::<String, bool>("example.approval", "Asks to approve a deploy.")?
         .program::<String>();
@@ -60,7 +61,7 @@ pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .program(&race)
             .clock(clock.clone()),
     );
-    let candidates = |minute_from: u64| -> Result<Vec<Candidate>, Box<dyn std::error::Error>> {
+    let candidates = |minute_from: u64| -> Result<Vec<Candidate>, Box<dyn Error>> {
         Ok(vec![
             Candidate::new("input", &gate, &"deploy v2?".to_owned())?,
             Candidate::new("timeout", &deadline, &Timestamp(minute_from + 60_000))?,
@@ -85,7 +86,7 @@ pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     let result = answered.output().await?;
     let winner = result.winner.ok_or("the answered race has a winner")?;
-    println!("deploy-1 won by {}", winner.key);
+    let mut lines = vec![format!("deploy-1 won by {}", winner.key)];
 
     // Nobody answers: the deadline wins once the clock passes it.
     let silent = engine
@@ -98,6 +99,6 @@ pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     clock.advance(Duration::from_secs(60));
     let result = silent.output().await?;
     let winner = result.winner.ok_or("the silent race has a winner")?;
-    println!("deploy-2 won by {}", winner.key);
-    Ok(())
+    lines.push(format!("deploy-2 won by {}", winner.key));
+    Ok(lines)
 }
