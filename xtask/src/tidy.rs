@@ -4,6 +4,10 @@
 //! - every dependency edge between workspace crates is one [`ARCHITECTURE`] allows;
 //! - every library crate starts its root file with a `//!` crate doc comment;
 //! - no `.rs` file of a workspace member carries the attribute that skips a test;
+//! - no `.rs` file of a workspace member includes a file outside its own crate's directory with a
+//!   `path` attribute (share code through a crate, so this table sees the edge);
+//! - the kernel ([`SMALL_FUNCTIONS_AND_FILES`]) allows no `clippy::too_many_arguments` and keeps
+//!   every file under `src/` within [`MAX_SOURCE_LINES`] lines;
 //! - every member manifest takes each dependency from the workspace (`workspace = true`) and
 //!   inherits the workspace lints (`[lints]` with `workspace = true`).
 //!
@@ -49,10 +53,13 @@ pub const ARCHITECTURE: &[(&str, &[&str])] = &[
             "baton-store-postgres",
         ],
     ),
-    // Applications and workspace scenarios go through the facade (plus the testkit).
-    ("baton-cli", &["baton", "baton-testkit"]),
-    ("baton-bench", &["baton", "baton-testkit"]),
-    ("baton-tests", &["baton", "baton-testkit"]),
+    // The examples are an application of the facade, shared as a library.
+    ("baton-examples", &["baton"]),
+    // Applications and workspace scenarios go through the facade (plus the testkit and the
+    // shared examples).
+    ("baton-cli", &["baton", "baton-testkit", "baton-examples"]),
+    ("baton-bench", &["baton", "baton-testkit", "baton-examples"]),
+    ("baton-tests", &["baton", "baton-testkit", "baton-examples"]),
     // Tooling depends on no workspace crate.
     ("xtask", &[]),
 ];
@@ -63,6 +70,20 @@ pub const TESTKIT: &str = "baton-testkit";
 /// The attribute that skips a test, built at compile time from pieces so this file does not
 /// contain it and trip its own check.
 const IGNORE_ATTRIBUTE: &str = concat!("#[", "ignore");
+
+/// The attribute that sets a module's file, built from pieces for the same reason.
+const PATH_ATTRIBUTE: &str = concat!("#[", "path");
+
+/// The lint a crate of [`SMALL_FUNCTIONS_AND_FILES`] may not allow or expect: pass the request
+/// whole instead of seven arguments (STYLE "avoid those").
+const TOO_MANY_ARGUMENTS: &str = "clippy::too_many_arguments";
+
+/// Crates held to small functions and small files: no [`TOO_MANY_ARGUMENTS`] allowance anywhere
+/// and no file under `src/` longer than [`MAX_SOURCE_LINES`].
+pub const SMALL_FUNCTIONS_AND_FILES: &[&str] = &["baton-run"];
+
+/// The most lines a source file of a crate in [`SMALL_FUNCTIONS_AND_FILES`] may have.
+pub const MAX_SOURCE_LINES: usize = 1_000;
 
 /// Manifest sections that list dependencies.
 const DEPENDENCY_SECTIONS: &[&str] = &["dependencies", "dev-dependencies", "build-dependencies"];
@@ -158,9 +179,23 @@ pub fn run(root: &Path) -> Result<Vec<Violation>> {
             ));
         }
     }
-    for file in rust_files(&members)? {
-        let source = read(&file)?;
-        violations.extend(check_no_ignore(&display_path(root, &file), &source));
+    for member in &members {
+        let dir = member.dir()?;
+        let small = SMALL_FUNCTIONS_AND_FILES.contains(&member.name.as_str());
+        let mut files = BTreeSet::new();
+        collect_rust_files(dir, &mut files)?;
+        for file in files {
+            let source = read(&file)?;
+            let shown = display_path(root, &file);
+            violations.extend(check_no_ignore(&shown, &source));
+            violations.extend(check_path_includes(&shown, dir, &file, &source));
+            if small {
+                violations.extend(check_too_many_arguments(&shown, &source));
+                if file.starts_with(dir.join("src")) {
+                    violations.extend(check_file_length(&shown, &source));
+                }
+            }
+        }
     }
     Ok(violations)
 }
@@ -346,6 +381,230 @@ pub fn check_no_ignore(path: &str, source: &str) -> Vec<Violation> {
         .collect()
 }
 
+/// Checks that every `path` attribute of a Rust file names a file inside `crate_dir`.
+///
+/// The target is resolved against the directory of `file`, which is where the compiler looks for
+/// a module declared outside an inline module; inside an inline module the compiler looks deeper,
+/// so this resolution never lets an escaping include through. The path is normalized lexically
+/// (the target need not exist).
+pub fn check_path_includes(
+    shown: &str,
+    crate_dir: &Path,
+    file: &Path,
+    source: &str,
+) -> Vec<Violation> {
+    let base = file.parent().unwrap_or(Path::new(""));
+    attributes(source)
+        .into_iter()
+        .filter_map(|(line, attribute)| {
+            let target = path_attribute_target(&attribute)?;
+            let resolved = normalize(&base.join(target));
+            (!resolved.starts_with(normalize(crate_dir))).then(|| {
+                Violation::new(
+                    format!("{shown}:{line}"),
+                    "path-include",
+                    format!(
+                        "`{PATH_ATTRIBUTE} = \"{target}\"]` includes a file outside the crate; \
+                         share the code through a crate (a dependency the architecture table sees)"
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
+/// The target of a `path = "..."` attribute, or `None` for any other attribute.
+fn path_attribute_target(attribute: &str) -> Option<&str> {
+    let rest = attribute.strip_prefix(PATH_ATTRIBUTE)?;
+    let rest = rest.trim_start().strip_prefix('=')?.trim_start();
+    let rest = rest.strip_prefix('"')?;
+    rest.split_once('"').map(|(target, _)| target)
+}
+
+/// Resolves `.` and `..` components without touching the file system.
+fn normalize(path: &Path) -> PathBuf {
+    let mut normal = PathBuf::new();
+    for component in path.components() {
+        match component {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                if !normal.pop() {
+                    normal.push("..");
+                }
+            }
+            other => normal.push(other),
+        }
+    }
+    normal
+}
+
+/// Checks that a Rust file neither allows nor expects `clippy::too_many_arguments`.
+pub fn check_too_many_arguments(shown: &str, source: &str) -> Vec<Violation> {
+    attributes(source)
+        .into_iter()
+        .filter(|(_, attribute)| {
+            let compact: String = attribute.chars().filter(|c| !c.is_whitespace()).collect();
+            (compact.contains("allow(") || compact.contains("expect("))
+                && compact.contains(TOO_MANY_ARGUMENTS)
+        })
+        .map(|(line, _)| {
+            Violation::new(
+                format!("{shown}:{line}"),
+                "too-many-arguments",
+                format!(
+                    "`{TOO_MANY_ARGUMENTS}` may not be allowed or expected in this crate; pass the \
+                     request whole (a struct of the arguments) instead"
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Checks that a source file has at most [`MAX_SOURCE_LINES`] lines.
+pub fn check_file_length(shown: &str, source: &str) -> Vec<Violation> {
+    let lines = source.lines().count();
+    if lines <= MAX_SOURCE_LINES {
+        return Vec::new();
+    }
+    vec![Violation::new(
+        shown,
+        "file-length",
+        format!(
+            "{lines} lines, over the {MAX_SOURCE_LINES} this crate allows per file; split it so \
+             each decision has its own module"
+        ),
+    )]
+}
+
+/// The attributes of a Rust source, each as `(line of its `#`, its text from `#[` to the closing
+/// bracket)`, with `#![` written `#[` and line breaks as spaces. A light lexer skips comments,
+/// string literals and character literals, so an attribute mentioned in them is not one; an
+/// attribute may span lines.
+fn attributes(source: &str) -> Vec<(usize, String)> {
+    let chars: Vec<char> = source.chars().collect();
+    let at = |index: usize| chars.get(index).copied();
+    let mut found = Vec::new();
+    let mut line = 1;
+    // The attribute being read: its line, its text so far and how many brackets are open.
+    let mut open: Option<(usize, String, usize)> = None;
+    let mut index = 0;
+    while let Some(c) = at(index) {
+        match c {
+            '/' if at(index + 1) == Some('/') => {
+                while at(index).is_some_and(|c| c != '\n') {
+                    index += 1;
+                }
+                continue;
+            }
+            '/' if at(index + 1) == Some('*') => {
+                index += 2;
+                while at(index).is_some() && !(at(index) == Some('*') && at(index + 1) == Some('/'))
+                {
+                    line += usize::from(at(index) == Some('\n'));
+                    index += 1;
+                }
+                index += 2;
+                continue;
+            }
+            'r' if !index
+                .checked_sub(1)
+                .and_then(at)
+                .is_some_and(|c| c.is_alphanumeric() || c == '_')
+                && raw_string_hashes(&chars[index + 1..]).is_some() =>
+            {
+                // A raw string `r#"..."#`: it ends at a quote followed by as many hashes.
+                let hashes = raw_string_hashes(&chars[index + 1..]).unwrap_or(0);
+                let start = index;
+                index += hashes + 2;
+                while at(index).is_some()
+                    && !(at(index) == Some('"')
+                        && (1..=hashes).all(|offset| at(index + offset) == Some('#')))
+                {
+                    index += 1;
+                }
+                index = (index + hashes + 1).min(chars.len());
+                let literal: String = chars[start..index].iter().collect();
+                line += literal.matches('\n').count();
+                if let Some((_, text, _)) = open.as_mut() {
+                    text.push_str(&literal.replace('\n', " "));
+                }
+                continue;
+            }
+            '"' => {
+                let start = index;
+                index += 1;
+                while let Some(c) = at(index) {
+                    index += 1;
+                    match c {
+                        '\\' => index += 1,
+                        '"' => break,
+                        _ => {}
+                    }
+                }
+                let literal: String = chars[start..index.min(chars.len())].iter().collect();
+                line += literal.matches('\n').count();
+                if let Some((_, text, _)) = open.as_mut() {
+                    text.push_str(&literal.replace('\n', " "));
+                }
+                continue;
+            }
+            '\'' if at(index + 1) == Some('\\') => {
+                let start = index;
+                index += 2;
+                while at(index).is_some_and(|c| c != '\'') {
+                    index += 1;
+                }
+                index += 1;
+                if let Some((_, text, _)) = open.as_mut() {
+                    text.extend(&chars[start..index.min(chars.len())]);
+                }
+                continue;
+            }
+            '\'' if at(index + 2) == Some('\'') => {
+                if let Some((_, text, _)) = open.as_mut() {
+                    text.extend(&chars[index..index + 3]);
+                }
+                index += 3;
+                continue;
+            }
+            '#' if open.is_none()
+                && (at(index + 1) == Some('[')
+                    || (at(index + 1) == Some('!') && at(index + 2) == Some('['))) =>
+            {
+                open = Some((line, "#[".to_owned(), 1));
+                index += if at(index + 1) == Some('!') { 3 } else { 2 };
+                continue;
+            }
+            _ => {}
+        }
+        if c == '\n' {
+            line += 1;
+        }
+        if let Some((start, mut text, depth)) = open.take() {
+            text.push(if c == '\n' { ' ' } else { c });
+            let depth = match c {
+                '[' => depth + 1,
+                ']' => depth - 1,
+                _ => depth,
+            };
+            if depth == 0 {
+                found.push((start, text));
+            } else {
+                open = Some((start, text, depth));
+            }
+        }
+        index += 1;
+    }
+    found
+}
+
+/// How many hashes open a raw string at the start of `rest` (just after its `r`), or `None` if
+/// no raw string starts there.
+fn raw_string_hashes(rest: &[char]) -> Option<usize> {
+    let hashes = rest.iter().take_while(|c| **c == '#').count();
+    (rest.get(hashes) == Some(&'"')).then_some(hashes)
+}
+
 /// What the line scanner is inside of.
 enum Section {
     /// A dependency list such as `[dependencies]`: dependency name → (first line, inherits).
@@ -507,16 +766,7 @@ fn strip_comment(line: &str) -> &str {
     line
 }
 
-/// Every `.rs` file under the members' directories, skipping `target` and hidden directories.
-fn rust_files(members: &[Member]) -> Result<BTreeSet<PathBuf>> {
-    let mut files = BTreeSet::new();
-    for member in members {
-        collect_rust_files(member.dir()?, &mut files)?;
-    }
-    Ok(files)
-}
-
-/// Adds the `.rs` files under `dir` to `files`.
+/// Adds the `.rs` files under `dir` to `files`, skipping `target` and hidden directories.
 fn collect_rust_files(dir: &Path, files: &mut BTreeSet<PathBuf>) -> Result<()> {
     let entries = fs::read_dir(dir).with_context(|| format!("failed to list {}", dir.display()))?;
     for entry in entries {
@@ -686,6 +936,64 @@ mod tests {
         assert_eq!(violations.len(), 1, "{violations:?}");
         assert_eq!(violations[0].subject, "t.rs:2");
         assert!(check_no_ignore("t.rs", "#[test]\nfn fast() {}\n").is_empty());
+    }
+
+    #[test]
+    fn path_includes_outside_the_crate_fail() {
+        let dir = Path::new("/ws/crates/a");
+        let include = |target: &str| format!("{PATH_ATTRIBUTE} = \"{target}\"]\nmod shared;\n");
+        let check =
+            |file: &str, source: &str| check_path_includes(file, dir, &dir.join(file), source);
+        assert_eq!(
+            check("src/lib.rs", &include("generated/table.rs")),
+            Vec::new()
+        );
+        assert_eq!(
+            check("tests/it/main.rs", &include("../data/common.rs")),
+            Vec::new()
+        );
+        let escaping = format!("//! Tests.\n\n{}", include("../../../b/tests/common.rs"));
+        let violations = check("tests/it/engine.rs", &escaping);
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert_eq!(violations[0].subject, "tests/it/engine.rs:3");
+        assert_eq!(violations[0].rule, "path-include");
+        assert_eq!(check("src/lib.rs", &include("../../b/src/x.rs")).len(), 1);
+        assert_eq!(check("src/lib.rs", &include("/elsewhere/x.rs")).len(), 1);
+        // Mentioned in a comment or a string, it is no attribute.
+        let mentions = format!(
+            "// {}const S: &str = \"{PATH_ATTRIBUTE} = \\\"../../x.rs\\\"]\";\n",
+            include("../../x.rs")
+        );
+        assert_eq!(check("src/lib.rs", &mentions), Vec::new());
+    }
+
+    #[test]
+    fn too_many_arguments_allowances_are_found() {
+        let lint = TOO_MANY_ARGUMENTS;
+        let source = format!(
+            "#[allow({lint})]\nfn a() {{}}\n#[expect(\n    {lint},\n    reason = \"x\"\n)]\n\
+             fn b() {{}}\n#![allow(dead_code, {lint})]\n#[cfg_attr(test, allow({lint}))]\n\
+             // #[allow({lint})]\nconst S: &str = \"#[allow({lint})]\";\n\
+             const R: &str = r#\"#[allow({lint})] \"quoted\" \"#;\n#[allow(dead_code)]\nfn c() {{}}\n"
+        );
+        let violations = check_too_many_arguments("f.rs", &source);
+        let subjects: Vec<&str> = violations.iter().map(|v| v.subject.as_str()).collect();
+        assert_eq!(
+            subjects,
+            ["f.rs:1", "f.rs:3", "f.rs:8", "f.rs:9"],
+            "{violations:?}"
+        );
+        assert!(violations.iter().all(|v| v.rule == "too-many-arguments"));
+    }
+
+    #[test]
+    fn long_source_files_are_found() {
+        let at_limit = "x\n".repeat(MAX_SOURCE_LINES);
+        assert_eq!(check_file_length("f.rs", &at_limit), Vec::new());
+        let violations = check_file_length("f.rs", &(at_limit + "x\n"));
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert_eq!(violations[0].rule, "file-length");
+        assert!(violations[0].detail.starts_with("1001 lines"));
     }
 
     const GOOD_MANIFEST: &str = r#"

@@ -11,11 +11,9 @@ use baton::run::{
 };
 use baton::team::{Binding, Config, Decision, Mode, Policy, PolicyConfig, TaskRequest, Turn};
 
-// The worked example is the facade's `team_review` example; the command
-// line runs that very program.
-#[path = "../../baton/examples/team_review.rs"]
-#[allow(dead_code)]
-mod example;
+// The worked example is `baton-examples`' `team_review`; the command line
+// runs that very program.
+use baton_examples::team_review as example;
 
 /// The scope the demo's trees run in.
 pub const SCOPE: &str = "demo";

@@ -17,7 +17,7 @@
 //!   same effect fires once at the original instant.
 //!
 //! Racing an input gate against a deadline inside `FirstSuccess` gives
-//! "input with timeout" (see `examples/input_with_timeout.rs`).
+//! "input with timeout" (see `input_with_timeout` in the `baton-examples` crate).
 //!
 //! Depend on it (or on the `baton` facade's `baton::coordination`) to wait
 //! for people or for time inside a tree. It depends only on `baton-run`

@@ -4,8 +4,10 @@
 //! [`definition_conformance`] for [`Definition`](baton_run::Definition)s, a [`ScriptedDispatcher`]
 //! that counts how often each effect id was dispatched, a
 //! [`FaultStore`] that cuts a store before or after the n-th commit of a
-//! given record kind, as a crash would, and [`store_conformance`], the suite
-//! every [`Store`](baton_run::Store) implementation calls from its tests.
+//! given record kind, as a crash would, [`store_conformance`], the suite
+//! every [`Store`](baton_run::Store) implementation calls from its tests, and
+//! [`engine_conformance`], the engine's scenarios run on such a store, with
+//! the test [`programs`] they drive.
 //!
 //! Depend on it from tests (`[dev-dependencies]`). It knows only `baton-run`;
 //! it knows nothing of particular strategies or store backends.
@@ -14,10 +16,13 @@
 
 mod conformance;
 mod dispatcher;
+mod engine;
 mod fault;
+pub mod programs;
 mod store;
 
 pub use conformance::{ConformanceCase, definition_conformance};
 pub use dispatcher::ScriptedDispatcher;
+pub use engine::engine_conformance;
 pub use fault::{Cut, FaultStore};
 pub use store::store_conformance;

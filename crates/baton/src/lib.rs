@@ -229,7 +229,7 @@
 //! }
 //! ```
 //!
-//! The same program runs as `cargo run -p baton --example approval`.
+//! The same program runs as `cargo run -p baton-examples --example approval`.
 //! `docs/concepts.md` explains each idea at more length and
 //! `docs/architecture.md` maps the crates.
 

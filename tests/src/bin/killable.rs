@@ -1,4 +1,4 @@
-//! A host process for the SIGKILL test (`tests/kill.rs`): runs 50 trees on
+//! A host process for the SIGKILL test (`tests/it/kill.rs`): runs 50 trees on
 //! a SQLite store until they all finish, and may be killed at any moment.
 //!
 //! `killable <database> <side-file>` opens the store, recovers every

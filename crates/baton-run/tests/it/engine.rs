@@ -1,0 +1,106 @@
+//! The engine's behaviour on the memory store: the whole engine conformance
+//! kit of `baton-testkit` (the step protocol, the log, budgets, termination,
+//! scopes, recovery, the crash matrix, leases and process trees), plus what
+//! only the memory store can show: tampering by rewriting a stored record.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_run::{
+    Engine, EngineConfig, MemoryStore, Payload, RecoverError, ReplayPolicy, Scope, Status, Store,
+    Timestamp,
+};
+use baton_testkit::programs::{Kind, SCOPE, engine, program, request};
+use baton_testkit::{ScriptedDispatcher, engine_conformance};
+use serde_json::json;
+
+#[tokio::test]
+async fn the_engine_conforms_on_the_memory_store() {
+    engine_conformance(MemoryStore::new).await;
+}
+
+#[tokio::test]
+async fn rewriting_any_stored_record_is_detected_at_that_record() {
+    let dispatcher = ScriptedDispatcher::echo(ReplayPolicy::Never);
+    let program = program(Kind::Dispatch, Some(Arc::new(dispatcher)));
+    let store = MemoryStore::keeping_history();
+    let engine = engine(Arc::new(store.clone()), &[&program]);
+    let handle = engine
+        .start(&program, request("three", json!(["a", "b", "c"])))
+        .await
+        .expect("starts");
+    let termination = handle.join().await.expect("joins");
+    assert_eq!(termination.status(), Status::Completed);
+    let scope = Scope::new(SCOPE).expect("valid");
+    let records = store.records(handle.tree());
+    assert!(records.len() > 3, "a dispatch tree writes several records");
+
+    for record in &records {
+        let copy = MemoryStore::keeping_history();
+        let verifier = engine_on_copy(&store, &copy, handle.tree()).await;
+        assert!(copy.tamper(handle.tree(), record.seq, |bytes| {
+            let last = bytes.len() - 2;
+            bytes[last] ^= 0x01;
+        }));
+        let error = verifier
+            .verify(&scope, handle.tree())
+            .await
+            .expect_err("tampering is detected");
+        match error {
+            RecoverError::Corrupt { message, .. } => {
+                assert!(
+                    message.contains(&format!("record {}", record.seq)),
+                    "{message}"
+                );
+            }
+            other => panic!("unexpected error {other:?}"),
+        }
+    }
+}
+
+/// Copies a tree's records into another memory store and returns an engine on it.
+async fn engine_on_copy(from: &MemoryStore, to: &MemoryStore, tree: baton_run::TreeId) -> Engine {
+    let lease = match to
+        .acquire(baton_run::AcquireRequest {
+            tree,
+            owner: "copier".into(),
+            now: Timestamp(0),
+            ttl: Duration::from_secs(1),
+            force: true,
+        })
+        .await
+        .expect("acquires")
+    {
+        baton_run::Acquired::Granted { lease, .. } => lease,
+        other => panic!("unexpected {other:?}"),
+    };
+    let meta = from
+        .list(Default::default())
+        .await
+        .expect("lists")
+        .into_iter()
+        .find(|m| m.tree == tree)
+        .expect("meta");
+    let outcome = to
+        .append(vec![baton_run::Append {
+            tree,
+            token: lease.token,
+            records: from.records(tree),
+            meta,
+            release: false,
+        }])
+        .await
+        .expect("appends");
+    assert_eq!(outcome, vec![baton_run::AppendOutcome::Committed]);
+    Engine::new(EngineConfig::new(to.clone()))
+}
+
+#[test]
+fn public_handles_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Engine>();
+    assert_send_sync::<baton_run::ProcessHandle>();
+    assert_send_sync::<baton_run::Program>();
+    assert_send_sync::<MemoryStore>();
+    assert_send_sync::<Payload>();
+}

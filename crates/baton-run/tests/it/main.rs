@@ -1,0 +1,13 @@
+//! The kernel's integration tests, one binary: engine behaviour, recovery,
+//! trees, stores, payloads, schemas and the payload writer.
+#![allow(missing_docs)]
+
+mod conformance;
+mod engine;
+mod payload;
+mod recovery;
+mod schema;
+mod store;
+mod store_conformance;
+mod trees;
+mod writer;

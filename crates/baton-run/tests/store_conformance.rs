@@ -1,9 +1,0 @@
-//! The memory store passes the store conformance suite.
-#![allow(missing_docs)]
-
-use baton_run::MemoryStore;
-
-#[tokio::test]
-async fn memory_store_conforms() {
-    baton_testkit::store_conformance(MemoryStore::new).await;
-}

@@ -1,0 +1,256 @@
+//! The engine's behaviour on a temp-file `SqliteStore`: the whole engine
+//! conformance kit of `baton-testkit`, so behaviour cannot drift between
+//! backends; plus what only a file can show: tamper detection by editing
+//! the database file directly, and recovery by a fresh engine on a reopened
+//! file.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use baton_run::log::RecordKind;
+use baton_run::{
+    Engine, EngineConfig, Payload, RecoverError, RecoverOptions, ReplayPolicy, RuntimeError, Scope,
+    SignalId, SignalReceipt, SignalRequest, Status, Store, TreeId, TreeStatus,
+};
+use baton_store_sqlite::{SqliteConfig, SqliteStore};
+use baton_testkit::programs::{Kind, SCOPE, engine, open_wait, program, request};
+use baton_testkit::{ScriptedDispatcher, engine_conformance};
+use serde_json::json;
+
+#[tokio::test]
+async fn the_engine_conforms_on_the_sqlite_store() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let next = AtomicUsize::new(0);
+    let fresh = || {
+        let path = dir
+            .path()
+            .join(format!("store-{}.db", next.fetch_add(1, Ordering::Relaxed)));
+        SqliteStore::open(path).expect("opens")
+    };
+    engine_conformance(fresh).await;
+}
+
+fn keeping_history(path: &Path) -> SqliteStore {
+    SqliteStore::open_with(
+        path,
+        SqliteConfig {
+            compact: false,
+            ..SqliteConfig::default()
+        },
+    )
+    .expect("opens")
+}
+
+fn answer(id: &str, wait: baton_run::WaitId, value: bool) -> SignalRequest {
+    SignalRequest {
+        id: SignalId::new(id).expect("valid"),
+        wait: Some(wait),
+        payload: Payload::encode(&value).expect("encodes"),
+    }
+}
+
+fn scope() -> Scope {
+    Scope::new(SCOPE).expect("valid")
+}
+
+/// Where a record's bytes live in the file: inline, or its first chunk.
+fn stored_bytes(conn: &rusqlite::Connection, tree: TreeId, seq: u64) -> (String, i64, Vec<u8>) {
+    let key: i64 = conn
+        .query_row(
+            "SELECT key FROM trees WHERE id = ?1",
+            [tree.to_string()],
+            |r| r.get(0),
+        )
+        .expect("tree row");
+    let (body, chunks): (Option<Vec<u8>>, Option<Vec<u8>>) = conn
+        .query_row(
+            "SELECT body, chunks FROM records WHERE tree = ?1 AND seq = ?2",
+            [key, seq as i64],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("record row");
+    match (body, chunks) {
+        (Some(body), None) => ("records".into(), key, body),
+        (None, Some(manifest)) => {
+            // The first chunk id (a LEB128 varint).
+            let mut id = 0i64;
+            for (index, byte) in manifest.iter().enumerate() {
+                id |= i64::from(byte & 0x7f) << (7 * index);
+                if byte & 0x80 == 0 {
+                    break;
+                }
+            }
+            let bytes: Vec<u8> = conn
+                .query_row("SELECT bytes FROM chunks WHERE id = ?1", [id], |r| r.get(0))
+                .expect("chunk row");
+            ("chunks".into(), id, bytes)
+        }
+        other => panic!("unexpected row {other:?}"),
+    }
+}
+
+fn write_back(
+    conn: &rusqlite::Connection,
+    tree: TreeId,
+    seq: u64,
+    table: &str,
+    id: i64,
+    bytes: &[u8],
+) {
+    let changed = if table == "records" {
+        conn.execute(
+            "UPDATE records SET body = ?1 WHERE tree = ?2 AND seq = ?3",
+            rusqlite::params![bytes, id, seq as i64],
+        )
+    } else {
+        let _ = tree;
+        conn.execute(
+            "UPDATE chunks SET bytes = ?1 WHERE id = ?2",
+            rusqlite::params![bytes, id],
+        )
+    }
+    .expect("updates");
+    assert_eq!(changed, 1);
+}
+
+/// Flips one byte of record `seq` in the file, checks that `verify` fails at
+/// exactly that record, and restores the byte.
+async fn tamper_is_detected(path: &Path, tree: TreeId, seq: u64) {
+    let conn = rusqlite::Connection::open(path).expect("opens");
+    let (table, id, original) = stored_bytes(&conn, tree, seq);
+    let mut edited = original.clone();
+    let at = edited.len() - 2;
+    edited[at] ^= 0x01;
+    write_back(&conn, tree, seq, &table, id, &edited);
+    let verifier = Engine::new(EngineConfig::new(keeping_history(path)));
+    match verifier.verify(&scope(), tree).await {
+        Err(RecoverError::Corrupt { message, .. }) => assert!(
+            message.contains(&format!("record {seq}:")),
+            "an edit of record {seq} ({table}) reported as {message}"
+        ),
+        other => panic!("an edit of record {seq} ({table}) was not detected: {other:?}"),
+    }
+    drop(verifier);
+    write_back(&conn, tree, seq, &table, id, &original);
+}
+
+#[tokio::test]
+async fn editing_any_stored_record_in_the_file_is_detected_at_that_record() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store.db");
+    let dispatcher = ScriptedDispatcher::echo(ReplayPolicy::Never);
+    let program = program(Kind::Dispatch, Some(Arc::new(dispatcher)));
+    let store = keeping_history(&path);
+    let engine = engine(Arc::new(store.clone()), &[&program]);
+    let handle = engine
+        .start(&program, request("three", json!(["a", "b", "c"])))
+        .await
+        .expect("starts");
+    let termination = handle.join().await.expect("joins");
+    assert_eq!(termination.status(), Status::Completed);
+
+    // A second tree whose first record is large enough to be chunked.
+    let big = "z".repeat(40_000);
+    let large = engine
+        .start(&program, request("large", json!([big])))
+        .await
+        .expect("starts");
+    large.await_result().await.expect("terminates");
+    large.join().await.expect("joins");
+
+    let head = engine
+        .verify(&scope(), handle.tree())
+        .await
+        .expect("verifies");
+    let records = store.records(handle.tree()).await.expect("reads");
+    assert_eq!(head, records.len() as u64);
+    let kinds: Vec<RecordKind> = records.iter().map(|r| r.kind).collect();
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == RecordKind::EffectPending)
+            .count(),
+        3
+    );
+    assert_eq!(kinds.first(), Some(&RecordKind::TreeStarted));
+    engine.close().await;
+    drop(store);
+
+    for record in &records {
+        tamper_is_detected(&path, handle.tree(), record.seq).await;
+    }
+    tamper_is_detected(&path, large.tree(), 1).await;
+    // Everything restored: both logs verify again.
+    let verifier = Engine::new(EngineConfig::new(keeping_history(&path)));
+    assert_eq!(verifier.verify(&scope(), handle.tree()).await, Ok(head));
+    assert!(verifier.verify(&scope(), large.tree()).await.is_ok());
+}
+
+#[tokio::test]
+async fn a_fresh_engine_on_a_reopened_file_recovers_a_tree_from_a_dropped_engine() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store.db");
+    let program = program(Kind::Ask, None);
+    let store = keeping_history(&path);
+    let first = engine(Arc::new(store.clone()), &[&program]);
+    let handle = first
+        .start(&program, request("survivor", "q"))
+        .await
+        .expect("starts");
+    let wait = open_wait(&handle).await;
+    let tree = handle.tree();
+    drop(first);
+    assert!(matches!(
+        handle.await_result().await,
+        Err(RuntimeError::Closed { .. })
+    ));
+    drop(handle);
+    drop(store);
+
+    // Without the program registered: classified error, stored tree untouched.
+    let store = keeping_history(&path);
+    let before = store.records(tree).await.expect("reads");
+    let bare = Engine::new(EngineConfig::new(store.clone()));
+    let report = bare
+        .recover(RecoverOptions::default())
+        .await
+        .expect("lists");
+    assert_eq!(report.len(), 1);
+    assert_eq!(
+        report[0].1.as_ref().expect_err("missing").code(),
+        "engine.program.unavailable"
+    );
+    assert_eq!(store.records(tree).await.expect("reads"), before);
+    drop(bare);
+
+    // With the registry: the dropped engine's lease is reclaimed (its owner
+    // is provably gone) and the tree finishes.
+    let second = engine(Arc::new(store.clone()), &[&program]);
+    let report = second
+        .recover(RecoverOptions::default())
+        .await
+        .expect("lists");
+    assert!(report[0].1.is_ok(), "{report:?}");
+    let handle = second
+        .process::<Payload>(&scope(), tree)
+        .await
+        .expect("attached");
+    assert_eq!(
+        handle.signal(answer("late", wait, true)).await,
+        Ok(SignalReceipt::Admitted)
+    );
+    assert_eq!(
+        handle.await_result().await.expect("terminates").status(),
+        Status::Completed
+    );
+    let listed = store
+        .list(baton_run::ListFilter {
+            status: Some(TreeStatus::Done),
+            scope: None,
+        })
+        .await
+        .expect("lists");
+    assert_eq!(listed.len(), 1);
+    assert!(second.verify(&scope(), tree).await.is_ok());
+}

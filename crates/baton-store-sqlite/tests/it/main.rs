@@ -1,0 +1,7 @@
+//! The SQLite store's integration tests, one binary: the store and engine
+//! conformance kits, and what only a file-backed store can show.
+#![allow(missing_docs)]
+
+mod conformance;
+mod engine;
+mod sqlite;

@@ -1,0 +1,411 @@
+//! What only a file-backed store can show: refusing bad files without
+//! touching them, surviving a reopen, pruning, and storing unchanged parts
+//! of large states once.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_run::log::{Record, RecordBody, Snapshot};
+use baton_run::{
+    AcquireRequest, Acquired, Append, AppendOutcome, Digest, EffectId, ExecutionState, ListFilter,
+    Payload, ProcessId, Scope, StartId, Store, Timestamp, Transition, TreeId, TreeMeta, TreeStatus,
+};
+use baton_store_sqlite::{OpenError, SCHEMA_VERSION, SqliteConfig, SqliteStore};
+
+fn tree(key: &str) -> TreeId {
+    ProcessId::root(&StartId::new("acme", key).expect("valid"))
+}
+
+async fn lease(store: &SqliteStore, tree: TreeId) -> u64 {
+    match store
+        .acquire(AcquireRequest {
+            tree,
+            owner: "test".into(),
+            now: Timestamp(0),
+            ttl: Duration::from_secs(60),
+            force: true,
+        })
+        .await
+        .expect("acquires")
+    {
+        Acquired::Granted { lease, .. } => lease.token,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn meta(tree: TreeId, status: TreeStatus, updated: u64) -> TreeMeta {
+    TreeMeta {
+        tree,
+        scope: Scope::new("acme").expect("valid"),
+        status,
+        updated: Timestamp(updated),
+    }
+}
+
+/// A step record carrying `state` as the process's execution state.
+fn step(tree: TreeId, seq: u64, prev: Digest, state: &str) -> Record {
+    let body = RecordBody::StepAdopted {
+        process: tree,
+        step: seq,
+        state: ExecutionState(Payload::encode(state).expect("encodes")),
+        transition: Transition::Continue {
+            consumed: 0,
+            effects: Vec::new(),
+        },
+    };
+    Record::seal(seq, prev, &body)
+}
+
+fn settled(tree: TreeId, seq: u64, prev: Digest) -> Record {
+    let body = RecordBody::EffectPending {
+        process: tree,
+        effect: EffectId::new(tree, seq, 0),
+    };
+    Record::seal(seq, prev, &body)
+}
+
+fn bytes_of(path: &Path) -> Vec<u8> {
+    std::fs::read(path).expect("reads")
+}
+
+#[test]
+fn a_file_that_is_not_a_database_is_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("garbage.db");
+    let garbage: Vec<u8> = (0..16_384u32)
+        .map(|i| (i.wrapping_mul(7919) >> 3) as u8)
+        .collect();
+    std::fs::write(&path, &garbage).expect("writes");
+    let error = SqliteStore::open(&path).expect_err("refused");
+    assert!(matches!(error, OpenError::NotADatabase { .. }), "{error:?}");
+    assert!(
+        error.to_string().contains("is not a SQLite database"),
+        "{error}"
+    );
+    assert_eq!(bytes_of(&path), garbage, "the file is untouched");
+    assert!(!dir.path().join("garbage.db-wal").exists());
+}
+
+#[tokio::test]
+async fn a_store_with_a_damaged_header_is_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store.db");
+    let store = SqliteStore::open(&path).expect("opens");
+    let t = tree("damaged");
+    let token = lease(&store, t).await;
+    let record = settled(t, 1, Digest::ZERO);
+    let item = Append {
+        tree: t,
+        token,
+        records: vec![record],
+        meta: meta(t, TreeStatus::Running, 1),
+        release: false,
+    };
+    assert_eq!(
+        store.append(vec![item]).await,
+        Ok(vec![AppendOutcome::Committed])
+    );
+    drop(store);
+    let mut bytes = bytes_of(&path);
+    bytes[0..16].copy_from_slice(b"not sqlite hdr!\0");
+    std::fs::write(&path, &bytes).expect("writes");
+    let error = SqliteStore::open(&path).expect_err("refused");
+    assert!(matches!(error, OpenError::NotADatabase { .. }), "{error:?}");
+    assert_eq!(bytes_of(&path), bytes, "the file is untouched");
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("future.db");
+    drop(SqliteStore::open(&path).expect("opens"));
+    {
+        let conn = rusqlite::Connection::open(&path).expect("opens");
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .expect("sets");
+        conn.pragma_update(None, "journal_mode", "DELETE")
+            .expect("sets");
+    }
+    let before = bytes_of(&path);
+    let error = SqliteStore::open(&path).expect_err("refused");
+    match &error {
+        OpenError::NewerSchema {
+            found, supported, ..
+        } => assert_eq!((*found, *supported), (SCHEMA_VERSION + 1, SCHEMA_VERSION)),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(error.to_string().contains("newer than version"), "{error}");
+    assert_eq!(bytes_of(&path), before, "the file is untouched");
+}
+
+#[test]
+fn another_applications_database_is_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("other.db");
+    {
+        let conn = rusqlite::Connection::open(&path).expect("opens");
+        conn.execute_batch("CREATE TABLE notes (text TEXT); INSERT INTO notes VALUES ('hi');")
+            .expect("creates");
+    }
+    let before = bytes_of(&path);
+    let error = SqliteStore::open(&path).expect_err("refused");
+    assert!(matches!(error, OpenError::Foreign { .. }), "{error:?}");
+    assert_eq!(bytes_of(&path), before, "the file is untouched");
+}
+
+#[test]
+fn a_path_whose_parent_is_a_regular_file_is_refused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("plain");
+    std::fs::write(&file, b"plain text").expect("writes");
+    let error = SqliteStore::open(file.join("store.db")).expect_err("refused");
+    match &error {
+        OpenError::Path { reason, .. } => assert!(reason.contains("not a directory"), "{reason}"),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(bytes_of(&file), b"plain text");
+    let error = SqliteStore::open(dir.path()).expect_err("a directory is refused");
+    assert!(matches!(error, OpenError::Path { .. }), "{error:?}");
+}
+
+#[tokio::test]
+async fn commits_survive_a_reopen_and_tokens_keep_increasing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store.db");
+    let t = tree("reopen");
+    let store = SqliteStore::open(&path).expect("opens");
+    let token = lease(&store, t).await;
+    let records = vec![settled(t, 1, Digest::ZERO)];
+    let item = Append {
+        tree: t,
+        token,
+        records: records.clone(),
+        meta: meta(t, TreeStatus::Waiting, 5),
+        release: false,
+    };
+    assert_eq!(
+        store.append(vec![item]).await,
+        Ok(vec![AppendOutcome::Committed])
+    );
+    drop(store);
+    let store = SqliteStore::open(&path).expect("reopens");
+    let load = store.load(t).await.expect("loads");
+    assert_eq!(load.records, records);
+    assert_eq!(load.meta, Some(meta(t, TreeStatus::Waiting, 5)));
+    assert!(lease(&store, t).await > token, "tokens never repeat");
+}
+
+#[tokio::test]
+async fn prune_removes_only_done_trees_older_than_the_retention_point() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(dir.path().join("store.db")).expect("opens");
+    let big = "x".repeat(50_000);
+    for (key, status, updated) in [
+        ("old-done", TreeStatus::Done, 10),
+        ("new-done", TreeStatus::Done, 1_000),
+        ("old-waiting", TreeStatus::Waiting, 10),
+    ] {
+        let t = tree(key);
+        let token = lease(&store, t).await;
+        let item = Append {
+            tree: t,
+            token,
+            records: vec![step(t, 1, Digest::ZERO, &format!("{key}{big}"))],
+            meta: meta(t, status, updated),
+            release: false,
+        };
+        assert_eq!(
+            store.append(vec![item]).await,
+            Ok(vec![AppendOutcome::Committed])
+        );
+    }
+    assert_eq!(store.prune(Timestamp(500)).await, Ok(1));
+    let listed: Vec<TreeId> = store
+        .list(ListFilter::default())
+        .await
+        .expect("lists")
+        .into_iter()
+        .map(|m| m.tree)
+        .collect();
+    let mut expected = vec![tree("new-done"), tree("old-waiting")];
+    expected.sort();
+    assert_eq!(listed, expected);
+    assert!(!store.load(tree("old-done")).await.expect("loads").exists());
+    assert!(
+        store
+            .load(tree("old-waiting"))
+            .await
+            .expect("loads")
+            .exists()
+    );
+    assert_eq!(store.prune(Timestamp(500)).await, Ok(0));
+    let path = store.path().to_path_buf();
+    drop(store);
+    let conn = rusqlite::Connection::open(path).expect("opens");
+    let orphans: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM chunks WHERE tree NOT IN (SELECT key FROM trees)",
+            [],
+            |r| r.get(0),
+        )
+        .expect("counts");
+    assert_eq!(orphans, 0, "a pruned tree's chunks are gone");
+}
+
+/// Seeded, incompressible bytes as hex text (as a program would carry them).
+fn noise(len: usize, seed: u64) -> String {
+    let mut state = seed;
+    (0..len / 2)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            format!("{:02x}", (state >> 32) as u8)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_large_state_that_changes_a_little_is_stored_once_by_digest() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open_with(
+        dir.path().join("store.db"),
+        SqliteConfig {
+            compact: false,
+            ..SqliteConfig::default()
+        },
+    )
+    .expect("opens");
+    let t = tree("large");
+    let token = lease(&store, t).await;
+    let mut state = noise(250_000, 99).into_bytes();
+    let (mut prev, mut records) = (Digest::ZERO, Vec::new());
+    let steps = 20u64;
+    for seq in 1..=steps {
+        // A few bytes change per step, at a different place each time.
+        let at = (seq as usize * 12_345) % state.len();
+        state[at] = b"0123456789abcdef"[seq as usize % 16];
+        let record = step(t, seq, prev, std::str::from_utf8(&state).expect("hex"));
+        prev = record.hash;
+        let item = Append {
+            tree: t,
+            token,
+            records: vec![record.clone()],
+            meta: meta(t, TreeStatus::Running, seq),
+            release: false,
+        };
+        assert_eq!(
+            store.append(vec![item]).await,
+            Ok(vec![AppendOutcome::Committed])
+        );
+        records.push(record);
+    }
+    let loaded = store.load(t).await.expect("loads");
+    assert_eq!(loaded.records, records, "byte-exact reassembly");
+    assert_eq!(
+        baton_run::log::verify(0, Digest::ZERO, &loaded.records),
+        Ok((steps, prev))
+    );
+    // A snapshot of the same state shares its pieces too.
+    let snapshot = Snapshot {
+        seq: steps,
+        head: prev,
+        state: Arc::from(records.last().expect("records").body.to_vec()),
+    };
+    assert_eq!(
+        store.write_snapshot(t, token, snapshot).await,
+        Ok(AppendOutcome::Committed)
+    );
+    let path = store.path().to_path_buf();
+    drop(store);
+    let conn = rusqlite::Connection::open(path).expect("opens");
+    let chunk_bytes: i64 = conn
+        .query_row("SELECT sum(length(bytes)) FROM chunks", [], |r| r.get(0))
+        .expect("sums");
+    let logical = records.iter().map(|r| r.body.len()).sum::<usize>() as i64;
+    // One full copy plus a few KiB per step, not a copy per step.
+    let per_step = (chunk_bytes - 250_000) / steps as i64;
+    assert!(
+        per_step < 10_000,
+        "{chunk_bytes} chunk bytes for {logical} logical bytes: {per_step} per step"
+    );
+}
+
+#[tokio::test]
+async fn bytes_written_counts_appended_bodies_and_only_new_pieces_of_a_large_state() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(dir.path().join("store.db")).expect("opens");
+    assert_eq!(
+        store.bytes_written(),
+        0,
+        "a fresh handle has written nothing"
+    );
+    let t = tree("counted");
+    let token = lease(&store, t).await;
+    let commit = |record: Record, updated: u64| {
+        let item = Append {
+            tree: t,
+            token,
+            records: vec![record],
+            meta: meta(t, TreeStatus::Running, updated),
+            release: false,
+        };
+        let store = store.clone();
+        async move {
+            assert_eq!(
+                store.append(vec![item]).await,
+                Ok(vec![AppendOutcome::Committed])
+            );
+            store.bytes_written()
+        }
+    };
+
+    // A small record is stored inline: the counter grows by its body.
+    let small = settled(t, 1, Digest::ZERO);
+    let before = store.bytes_written();
+    let after = commit(small.clone(), 1).await;
+    assert_eq!(after - before, small.body.len() as u64);
+
+    // A large state is stored once ...
+    let mut state = noise(250_000, 7).into_bytes();
+    let first = step(t, 2, small.hash, std::str::from_utf8(&state).expect("hex"));
+    let size = first.body.len() as u64;
+    let before = after;
+    let after = commit(first.clone(), 2).await;
+    assert!(
+        after - before >= size,
+        "a new large state counts in full: {} < {size}",
+        after - before
+    );
+
+    // ... and a step that changes one field of it adds only the pieces
+    // around the change and a manifest.
+    state[125_000] = if state[125_000] == b'0' { b'1' } else { b'0' };
+    let second = step(t, 3, first.hash, std::str::from_utf8(&state).expect("hex"));
+    let before = after;
+    let after = commit(second.clone(), 3).await;
+    let grown = after - before;
+    assert!(grown > 0, "the changed step wrote something");
+    assert!(
+        grown < size / 10,
+        "{grown} bytes counted for a one-byte change of a {size}-byte state"
+    );
+
+    // A snapshot of the same state shares the stored pieces.
+    let snapshot = Snapshot {
+        seq: 3,
+        head: second.hash,
+        state: Arc::from(second.body.to_vec()),
+    };
+    let before = after;
+    assert_eq!(
+        store.write_snapshot(t, token, snapshot).await,
+        Ok(AppendOutcome::Committed)
+    );
+    let grown = store.bytes_written() - before;
+    assert!(
+        grown > 0 && grown < size / 10,
+        "{grown} bytes for a snapshot"
+    );
+}

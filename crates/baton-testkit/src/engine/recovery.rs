@@ -1,0 +1,423 @@
+//! Recovery by a fresh engine, the crash matrix of one dispatch, recovery
+//! from a snapshot, and leases between engines: forced takeovers, sleeping
+//! writers whose log moved, and closing.
+
+use std::sync::Arc;
+
+use baton_run::log::RecordKind;
+use baton_run::{
+    Engine, EngineConfig, ListFilter, Payload, RecoverOptions, ReplayPolicy, RuntimeError,
+    Settlement, SignalError, SignalId, SignalReceipt, SignalRequest, Sleep, Status, TreeId,
+    TreeStatus,
+};
+use serde_json::{Value, json};
+
+use super::{Fresh, answer, outcome, records, scope, wait_for};
+use crate::programs::{Kind, engine, open_wait, program, request};
+use crate::{Cut, FaultStore, ScriptedDispatcher};
+
+pub(super) async fn a_fresh_engine_recovers_a_tree_from_a_dropped_engine_unless_its_program_is_missing(
+    fresh: &Fresh<'_>,
+) {
+    let program = program(Kind::Ask, None);
+    let store = fresh();
+    let first = engine(store.clone(), &[&program]);
+    let handle = first
+        .start(&program, request("survivor", "q"))
+        .await
+        .expect("starts");
+    let wait = open_wait(&handle).await;
+    let tree = handle.tree();
+    drop(first);
+    assert!(matches!(
+        handle.await_result().await,
+        Err(RuntimeError::Closed { .. })
+    ));
+
+    // Without the program registered: classified error, stored tree untouched.
+    let stored = || async {
+        records(&*store, tree)
+            .await
+            .iter()
+            .map(|r| (r.seq, r.hash, r.body.to_vec()))
+            .collect::<Vec<_>>()
+    };
+    let before = stored().await;
+    let bare = Engine::new(EngineConfig::with_store(store.clone()));
+    let report = bare
+        .recover(RecoverOptions::default())
+        .await
+        .expect("lists");
+    assert_eq!(report.len(), 1);
+    assert_eq!(
+        report[0].1.as_ref().expect_err("missing").code(),
+        "engine.program.unavailable"
+    );
+    assert_eq!(before, stored().await);
+    drop(bare);
+
+    // With the registry: the dropped engine's lease is reclaimed and the tree finishes.
+    let second = engine(store.clone(), &[&program]);
+    let report = second
+        .recover(RecoverOptions::default())
+        .await
+        .expect("lists");
+    assert!(report[0].1.is_ok(), "{report:?}");
+    let handle = second
+        .process::<Payload>(&scope(), tree)
+        .await
+        .expect("attached");
+    assert_eq!(
+        handle.signal(answer("late", wait, true)).await,
+        Ok(SignalReceipt::Admitted)
+    );
+    assert_eq!(
+        handle.await_result().await.expect("terminates").status(),
+        Status::Completed
+    );
+    let listed = store
+        .list(ListFilter {
+            status: Some(TreeStatus::Done),
+            scope: None,
+        })
+        .await
+        .expect("lists");
+    assert_eq!(listed.len(), 1);
+    assert!(second.verify(&scope(), tree).await.is_ok());
+}
+
+/// Runs one dispatch under a fault on a fresh store, recovers on a fresh
+/// engine and returns the dispatcher, the recovered engine and the tree.
+async fn crash_once(
+    fresh: &Fresh<'_>,
+    policy: ReplayPolicy,
+    kind: RecordKind,
+    cut: Cut,
+    key: &str,
+) -> (ScriptedDispatcher, Engine, TreeId) {
+    let dispatcher = ScriptedDispatcher::echo(policy);
+    let program = program(Kind::Dispatch, Some(Arc::new(dispatcher.clone())));
+    let faulty = FaultStore::new(fresh());
+    faulty.arm(kind, cut, 1);
+    let first = engine(Arc::new(faulty.clone()), &[&program]);
+    let handle = first
+        .start(&program, request(key, json!(["once"])))
+        .await
+        .expect("starts");
+    let stopped = handle.await_result().await;
+    assert!(faulty.crashed(), "the fault fired");
+    assert!(
+        matches!(stopped, Err(RuntimeError::Storage { .. })),
+        "{stopped:?}"
+    );
+    let tree = handle.tree();
+    drop(first);
+    let second = engine(faulty.inner(), &[&program]);
+    let report = second
+        .recover(RecoverOptions::default())
+        .await
+        .expect("lists");
+    assert!(
+        report.iter().all(|(_, result)| result.is_ok()),
+        "{report:?}"
+    );
+    (dispatcher, second, tree)
+}
+
+pub(super) async fn crash_before_the_pending_commit_dispatches_exactly_once_after_recovery(
+    fresh: &Fresh<'_>,
+) {
+    let (dispatcher, engine, tree) = crash_once(
+        fresh,
+        ReplayPolicy::Never,
+        RecordKind::EffectPending,
+        Cut::Before,
+        "c1",
+    )
+    .await;
+    assert_eq!(outcome(&engine, tree).await.status(), Status::Completed);
+    assert_eq!(dispatcher.total(), 1);
+}
+
+pub(super) async fn crash_after_the_pending_commit_with_never_parks_and_resolves_without_redispatch(
+    fresh: &Fresh<'_>,
+) {
+    let (dispatcher, engine, tree) = crash_once(
+        fresh,
+        ReplayPolicy::Never,
+        RecordKind::EffectPending,
+        Cut::After,
+        "c2",
+    )
+    .await;
+    let view = wait_for(&engine, tree, |v| v.root().status == Status::Parked).await;
+    assert_eq!(view.status, TreeStatus::NeedsAttention);
+    let effect = view.root().unknown_effects[0];
+    assert_eq!(dispatcher.total(), 0);
+    engine
+        .resolve_unknown(
+            &scope(),
+            tree,
+            effect,
+            Settlement::ok(Payload::encode(&"resolved").expect("encodes")),
+        )
+        .await
+        .expect("resolves");
+    let termination = outcome(&engine, tree).await;
+    assert_eq!(termination.status(), Status::Completed);
+    let outputs: Vec<Value> = termination
+        .output()
+        .expect("output")
+        .decode()
+        .expect("decodes");
+    assert_eq!(outputs[0]["output"], "resolved");
+    assert_eq!(dispatcher.total(), 0, "a Never effect is not sent again");
+}
+
+pub(super) async fn crash_with_same_identity_redispatches_under_the_same_effect_id(
+    fresh: &Fresh<'_>,
+) {
+    // Crash after dispatching but before the settlement is durable.
+    let (dispatcher, engine, tree) = crash_once(
+        fresh,
+        ReplayPolicy::SameIdentity,
+        RecordKind::EffectSettled,
+        Cut::Before,
+        "c3",
+    )
+    .await;
+    assert_eq!(outcome(&engine, tree).await.status(), Status::Completed);
+    let counts = dispatcher.counts();
+    assert_eq!(counts.len(), 1, "one effect id");
+    assert_eq!(
+        counts.values().copied().collect::<Vec<_>>(),
+        [2],
+        "dispatched again under the same id"
+    );
+
+    let (dispatcher, engine, tree) = crash_once(
+        fresh,
+        ReplayPolicy::Never,
+        RecordKind::EffectSettled,
+        Cut::Before,
+        "c3b",
+    )
+    .await;
+    let view = wait_for(&engine, tree, |v| v.root().status == Status::Parked).await;
+    assert_eq!(view.root().unknown_effects.len(), 1);
+    assert_eq!(dispatcher.total(), 1, "dispatched once, then unknown");
+}
+
+pub(super) async fn crash_after_the_settled_commit_completes_without_redispatch(fresh: &Fresh<'_>) {
+    let (dispatcher, engine, tree) = crash_once(
+        fresh,
+        ReplayPolicy::Never,
+        RecordKind::EffectSettled,
+        Cut::After,
+        "c4",
+    )
+    .await;
+    assert_eq!(outcome(&engine, tree).await.status(), Status::Completed);
+    assert_eq!(dispatcher.total(), 1);
+}
+
+pub(super) async fn a_tree_recovers_from_its_latest_snapshot_and_the_records_after_it(
+    fresh: &Fresh<'_>,
+) {
+    let ask = program(Kind::Ask, None);
+    let store = fresh();
+    let mut config = EngineConfig::with_store(store.clone()).program(&ask);
+    config.snapshot_every = 2;
+    let first = Engine::new(config);
+    let handle = first
+        .start(&ask, request("snap", "q"))
+        .await
+        .expect("starts");
+    let wait = open_wait(&handle).await;
+    for index in 0..5 {
+        let note = SignalRequest {
+            id: SignalId::new(format!("note-{index}")).expect("valid"),
+            wait: None,
+            payload: Payload::encode(&json!({ "note": format!("n{index}") })).expect("encodes"),
+        };
+        assert_eq!(handle.signal(note).await, Ok(SignalReceipt::Admitted));
+    }
+    let tree = handle.tree();
+    let head = first.verify(&scope(), tree).await.expect("verifies");
+    let load = store.load(tree).await.expect("loads");
+    assert!(load.snapshot.is_some(), "a snapshot was written");
+    assert!(
+        load.records.len() < head as usize,
+        "records covered by a snapshot are not loaded again"
+    );
+    drop(first);
+
+    let second = engine(store.clone(), &[&ask]);
+    second
+        .recover(RecoverOptions::default())
+        .await
+        .expect("recovers");
+    let handle = second
+        .process::<Value>(&scope(), tree)
+        .await
+        .expect("attached");
+    assert_eq!(
+        handle.inspect().await.expect("inspects").root().mailbox,
+        5,
+        "notes survived"
+    );
+    let answer = SignalRequest {
+        id: SignalId::new("answer").expect("valid"),
+        wait: Some(wait),
+        payload: Payload::encode(&false).expect("encodes"),
+    };
+    assert_eq!(handle.signal(answer).await, Ok(SignalReceipt::Admitted));
+    assert_eq!(handle.output().await.expect("completes"), json!(false));
+}
+
+pub(super) async fn a_forced_takeover_stops_the_old_engine_without_writing(fresh: &Fresh<'_>) {
+    let ask = program(Kind::Ask, None);
+    let store = fresh();
+    let old = engine(store.clone(), &[&ask]);
+    let handle = old
+        .start(&ask, request("fenced", "q"))
+        .await
+        .expect("starts");
+    let wait = open_wait(&handle).await;
+
+    let new = engine(store.clone(), &[&ask]);
+    // The old engine is alive, so its lease is respected unless forced.
+    let report = new.recover(RecoverOptions::default()).await.expect("lists");
+    assert_eq!(
+        report[0].1.as_ref().expect_err("held").code(),
+        "engine.lease.held"
+    );
+    let report = new
+        .recover(RecoverOptions {
+            force: true,
+            scope: None,
+        })
+        .await
+        .expect("lists");
+    assert!(report[0].1.is_ok());
+    let before = records(&*store, handle.tree()).await.len();
+
+    let error = handle
+        .signal(answer("to-old", wait, true))
+        .await
+        .expect_err("the old writer is fenced");
+    assert!(
+        matches!(error, SignalError::Stopped(RuntimeError::Fenced { .. })),
+        "{error:?}"
+    );
+    assert_eq!(
+        records(&*store, handle.tree()).await.len(),
+        before,
+        "the fenced writer wrote nothing"
+    );
+    assert!(matches!(
+        handle.await_result().await,
+        Err(RuntimeError::Fenced { .. })
+    ));
+}
+
+pub(super) async fn a_sleeping_tree_whose_log_moved_wakes_stopped_in_every_sleep_mode(
+    fresh: &Fresh<'_>,
+) {
+    for (index, sleep) in [Sleep::Packed, Sleep::Unloaded].into_iter().enumerate() {
+        let ask = program(Kind::Ask, None);
+        let store = fresh();
+        let mut config = EngineConfig::with_store(store.clone()).program(&ask);
+        config.sleep = sleep;
+        let old = Engine::new(config);
+        let handle = old
+            .start(&ask, request(&format!("moved-{index}"), "q"))
+            .await
+            .expect("starts");
+        let wait = open_wait(&handle).await;
+
+        // Another engine takes the tree over and answers it to the end.
+        let new = engine(store.clone(), &[&ask]);
+        let report = new
+            .recover(RecoverOptions {
+                force: true,
+                scope: None,
+            })
+            .await
+            .expect("lists");
+        assert!(report[0].1.is_ok(), "{sleep:?}");
+        let taken = new
+            .process::<Value>(&scope(), handle.tree())
+            .await
+            .expect("taken over");
+        taken
+            .signal(answer("to-new", wait, true))
+            .await
+            .expect("admitted");
+        taken.join().await.expect("completes");
+        let before = records(&*store, handle.tree()).await.len();
+
+        // The sleeping old writer wakes to a log that moved: it stops
+        // without writing, whether it kept its state or reloads it.
+        let error = handle
+            .signal(answer("to-old", wait, true))
+            .await
+            .expect_err("the old writer is stopped");
+        assert!(
+            matches!(
+                error,
+                SignalError::Stopped(RuntimeError::Fenced { .. } | RuntimeError::Conflict { .. })
+            ),
+            "{sleep:?}: {error:?}"
+        );
+        assert_eq!(
+            records(&*store, handle.tree()).await.len(),
+            before,
+            "{sleep:?}"
+        );
+    }
+}
+
+pub(super) async fn closing_an_engine_releases_every_sleeping_tree_and_tells_its_handles(
+    fresh: &Fresh<'_>,
+) {
+    let ask = program(Kind::Ask, None);
+    let store = fresh();
+    let engine_a = engine(store.clone(), &[&ask]);
+    let mut handles = Vec::new();
+    for index in 0..8 {
+        let handle = engine_a
+            .start(&ask, request(&format!("sleeper-{index}"), "q"))
+            .await
+            .expect("starts");
+        open_wait(&handle).await;
+        handles.push(handle);
+    }
+    let mut before = Vec::new();
+    for handle in &handles {
+        before.push(records(&*store, handle.tree()).await.len());
+    }
+    engine_a.close().await;
+    for handle in &handles {
+        assert!(matches!(
+            handle.await_result().await,
+            Err(RuntimeError::Closed { .. })
+        ));
+    }
+    let mut after = Vec::new();
+    for handle in &handles {
+        after.push(records(&*store, handle.tree()).await.len());
+    }
+    assert_eq!(before, after, "closing wrote nothing");
+    // Every lease was given up: a new engine takes every tree without force.
+    let next = engine(store.clone(), &[&ask]);
+    let report = next
+        .recover(RecoverOptions::default())
+        .await
+        .expect("lists");
+    assert_eq!(report.len(), 8);
+    assert!(
+        report.iter().all(|(_, result)| result.is_ok()),
+        "{report:?}"
+    );
+}
