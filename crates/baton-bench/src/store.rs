@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result};
-use baton::run::{EngineConfig, ListFilter, MemoryStore, Store};
+use baton::run::store::{ListFilter, Store};
+use baton::run::{EngineConfig, MemoryStore, Program};
 use baton::store::sqlite::SqliteStore;
 
 /// A store the workloads run on.
@@ -112,9 +113,13 @@ impl BenchStore {
         })
     }
 
-    /// An engine configuration with the defaults over this store.
-    pub fn config(&self) -> EngineConfig {
-        EngineConfig::with_store(self.store())
+    /// An engine configuration with the defaults over this store, running
+    /// `program`.
+    pub fn config(&self, program: Program) -> EngineConfig {
+        EngineConfig {
+            programs: vec![program],
+            ..EngineConfig::new(self.store())
+        }
     }
 
     /// The store, as the engine sees it.

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use baton::coordination::{Answer, InputGate};
+use baton::run::store::TreeStatus;
 use baton::run::{
     Engine, Failure, Payload, ProcessView, Program, Quota, Scope, StartId, StartRequest,
-    TreeLimits, TreeStatus, TreeView,
+    TreeLimits, TreeView,
 };
 use baton::team::{Binding, Config, Decision, Mode, Policy, PolicyConfig, TaskRequest, Turn};
 

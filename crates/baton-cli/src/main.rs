@@ -13,9 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use baton::run::store::{ListFilter, Store, TreeStatus};
 use baton::run::{
-    EffectId, Engine, EngineConfig, ListFilter, Payload, ProcessId, RecoverOptions, Scope,
-    Settlement, SignalId, SignalReceipt, SignalRequest, Store, TreeStatus, TreeView, WaitId,
+    EffectId, Engine, EngineConfig, Payload, ProcessId, RecoverOptions, Scope, Settlement,
+    SignalId, SignalReceipt, SignalRequest, TreeView, Visibility, WaitId,
 };
 use baton::store::sqlite::SqliteStore;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -161,10 +162,11 @@ fn open(path: &Path, create: bool) -> Result<SqliteStore> {
 }
 
 fn engine(store: &SqliteStore) -> Result<Engine> {
-    let mut config = EngineConfig::with_store(Arc::new(store.clone()) as Arc<dyn Store>);
-    config.programs = demo::programs()?;
-    config.limits = demo::limits();
-    Ok(Engine::new(config))
+    Ok(Engine::new(EngineConfig {
+        programs: demo::programs()?,
+        limits: demo::limits(),
+        ..EngineConfig::new(Arc::new(store.clone()))
+    })?)
 }
 
 fn tree_id(text: &str) -> Result<ProcessId> {
@@ -202,7 +204,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Inspect { id } => {
             let store = open(&cli.store, false)?;
             let view = engine(&store)?
-                .inspect(&scope, tree_id(&id)?, false)
+                .inspect(&scope, tree_id(&id)?, Visibility::Public)
                 .await?;
             print!("{}", render::tree(&view, cli.json));
             Ok(())
@@ -212,7 +214,7 @@ async fn run(cli: Cli) -> Result<()> {
             let tree = tree_id(&id)?;
             let engine = engine(&store)?;
             // Scope check (and existence) before printing anything.
-            engine.inspect(&scope, tree, false).await?;
+            engine.inspect(&scope, tree, Visibility::Public).await?;
             let records = store.records(tree).await?;
             print!("{}", render::log(&records, cli.json));
             if verify {
@@ -309,7 +311,7 @@ async fn answer(
     payload: Payload,
     json: bool,
 ) -> Result<()> {
-    let view = engine.inspect(scope, tree, false).await?;
+    let view = engine.inspect(scope, tree, Visibility::Public).await?;
     let owner = view
         .processes
         .iter()

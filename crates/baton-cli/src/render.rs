@@ -3,7 +3,8 @@
 use std::fmt::Write as _;
 
 use baton::run::log::Record;
-use baton::run::{Dimension, ProcessView, Quota, TreeMeta, TreeView};
+use baton::run::store::TreeMeta;
+use baton::run::{Dimension, ProcessView, Quota, TreeView};
 use serde_json::{Value, json};
 
 /// `baton ps`.

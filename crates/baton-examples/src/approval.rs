@@ -8,11 +8,13 @@
 use std::error::Error;
 use std::sync::Arc;
 
+use baton::run::program::{
+    Definition, Descriptor, Effect, Execution, ExecutionState, ProgramConfig, Schema, Signal,
+    SignalBody, StepError, Transition, configuration_digest, implementation_digest,
+};
 use baton::run::{
-    ChildKey, Definition, Descriptor, Effect, Engine, EngineConfig, Execution, ExecutionState,
-    MemoryStore, Payload, Program, ProgramConfig, Schema, Signal, SignalBody, SignalId,
-    SignalRequest, StartId, StartRequest, StepError, Transition, WaitId, configuration_digest,
-    implementation_digest,
+    ChildKey, Engine, EngineConfig, MemoryStore, Payload, Program, SignalId, SignalRequest,
+    StartId, StartRequest, WaitId,
 };
 use serde::{Deserialize, Serialize};
 
@@ -116,7 +118,10 @@ pub fn program() -> Result<Program<String, String>, Box<dyn Error>> {
 /// output.
 pub async fn run() -> Result<Vec<String>, Box<dyn Error>> {
     let program = program()?;
-    let engine = Engine::new(EngineConfig::new(MemoryStore::new()));
+    let engine = Engine::new(EngineConfig {
+        programs: vec![program.erase()],
+        ..EngineConfig::new(Arc::new(MemoryStore::new()))
+    })?;
     let start = StartRequest::new(StartId::new("acme", "job-1")?, "deploy".to_string());
     let handle = engine.start(&program, start).await?;
 

@@ -56,11 +56,11 @@ pub async fn run() -> Result<Vec<String>, Box<dyn Error>> {
         accept,
     })?
     .program();
-    let engine = Engine::new(
-        EngineConfig::new(MemoryStore::new())
-            .program(&race)
-            .clock(clock.clone()),
-    );
+    let engine = Engine::new(EngineConfig {
+        programs: vec![race.erase()],
+        clock: Arc::new(clock.clone()),
+        ..EngineConfig::new(Arc::new(MemoryStore::new()))
+    })?;
     let candidates = |minute_from: u64| -> Result<Vec<Candidate>, Box<dyn Error>> {
         Ok(vec![
             Candidate::new("input", &gate, &"deploy v2?".to_owned())?,

@@ -35,7 +35,10 @@ pub async fn run() -> Result<Vec<String>, Box<dyn Error>> {
     let dir = std::env::temp_dir().join(format!("baton-pipeline-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let store = SqliteStore::open(dir.join("pipeline.db"))?;
-    let engine = Engine::new(EngineConfig::with_store(Arc::new(store)).program(&pipeline));
+    let engine = Engine::new(EngineConfig {
+        programs: vec![pipeline.erase()],
+        ..EngineConfig::new(Arc::new(store))
+    })?;
     let request = StartRequest::new(
         StartId::new("acme", "title-1")?,
         "  Quarterly Report ".to_owned(),

@@ -179,7 +179,10 @@ pub fn team() -> Result<Program<String, String>, Box<dyn std::error::Error>> {
 pub async fn run() -> Result<String, Box<dyn std::error::Error>> {
     use baton::run::{Engine, EngineConfig, MemoryStore, StartId, StartRequest};
     let team = team()?;
-    let engine = Engine::new(EngineConfig::new(MemoryStore::new()).program(&team));
+    let engine = Engine::new(EngineConfig {
+        programs: vec![team.erase()],
+        ..EngineConfig::new(Arc::new(MemoryStore::new()))
+    })?;
     let request = StartRequest::new(StartId::new("example", "team-review")?, TASK.to_owned());
     let handle = engine.start(&team, request).await?;
     let output = handle.output().await?;

@@ -1,12 +1,15 @@
 //! # baton-run: the Baton run kernel
 //!
 //! Owns the vocabulary and the machinery every other Baton crate stands on:
-//! canonical [`Payload`]s (built whole from parts with [`PayloadWriter`])
+//! canonical [`Payload`]s (built whole from parts with
+//! [`PayloadWriter`](program::PayloadWriter))
 //! and blake3 [`Digest`]s, identifiers, [`Quota`] and
-//! [`Budget`], [`Descriptor`]s with JSON Schemas, the [`Definition`] /
-//! [`Execution`] step protocol, [`Effect`]s, [`Signal`]s and
-//! [`Settlement`]s, [`Dispatcher`]s, typed [`Program`]s, the hash-chained
-//! [`log`], the [`Store`] contract with [`MemoryStore`], and the [`Engine`]
+//! [`Budget`], [`Descriptor`](program::Descriptor)s with JSON Schemas, the
+//! [`Definition`](program::Definition) / [`Execution`](program::Execution)
+//! step protocol, [`Effect`](program::Effect)s, [`Signal`](program::Signal)s
+//! and [`Settlement`]s, [`Dispatcher`](dispatch::Dispatcher)s, typed
+//! [`Program`]s, the hash-chained [`log`], the [`Store`](store::Store)
+//! contract with [`MemoryStore`], and the [`Engine`]
 //! that runs trees on tokio.
 //!
 //! Depend on it to write a program, a dispatcher or a store backend. Most
@@ -72,7 +75,9 @@ pub use protocol::{BoxFuture, Program, ProgramRef, Settlement};
 pub use storage::MemoryStore;
 
 /// What a program's author implements and returns: the step protocol
-/// ([`Definition`], [`Execution`], [`Transition`]), effects and signals,
+/// ([`Definition`](crate::program::Definition),
+/// [`Execution`](crate::program::Execution),
+/// [`Transition`](crate::program::Transition)), effects and signals,
 /// descriptors and schemas, and the helpers that build payloads and
 /// program identities.
 pub mod program {
@@ -90,16 +95,18 @@ pub mod program {
 }
 
 /// The seam for effects that reach the outside world: a program's
-/// [`Dispatcher`] carries out its `Dispatch` effects, told by its
-/// [`ReplayPolicy`] whether an effect may be sent again after a crash.
+/// [`Dispatcher`](crate::dispatch::Dispatcher) carries out its `Dispatch`
+/// effects, told by its [`ReplayPolicy`](crate::dispatch::ReplayPolicy)
+/// whether an effect may be sent again after a crash.
 pub mod dispatch {
     pub use crate::protocol::{Cancellation, DeltaSink, DispatchCall, Dispatcher, ReplayPolicy};
 }
 
-/// The storage contract: a [`Store`] persists many trees' logs and
+/// The storage contract: a [`Store`](crate::store::Store) persists many
+/// trees' logs and
 /// snapshots under leases with fencing tokens. Implement it for a new
 /// backend and check it with `baton-testkit`'s conformance kits; hosts
-/// use [`Store::list`] to list trees.
+/// use [`Store::list`](crate::store::Store::list) to list trees.
 pub mod store {
     pub use crate::storage::{
         AcquireRequest, Acquired, Append, AppendOutcome, ErrorSource, Lease, ListFilter, Store,

@@ -1,6 +1,7 @@
 //! `definition_conformance`: the contract every `Definition` must keep.
 
-use baton_run::{Definition, Execution, ExecutionState, Payload, Signal, Transition};
+use baton_run::Payload;
+use baton_run::program::{Definition, Execution, ExecutionState, Signal, Transition};
 
 /// One scripted run: an input and the window handed to each successive step.
 #[derive(Clone, Debug)]

@@ -3,9 +3,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use baton_run::{
-    BoxFuture, Capabilities, DispatchCall, Dispatcher, EffectId, Payload, ReplayPolicy, Settlement,
-};
+use baton_run::dispatch::{DispatchCall, Dispatcher, ReplayPolicy};
+use baton_run::{BoxFuture, Capabilities, EffectId, Payload, Settlement};
 
 type Respond = dyn Fn(&DispatchCall) -> Settlement + Send + Sync;
 

@@ -12,8 +12,10 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use baton_run::log::Record;
+use baton_run::store::Store;
 use baton_run::{
-    Engine, Payload, Scope, SignalId, SignalRequest, Store, Termination, TreeId, TreeView, WaitId,
+    Engine, Payload, Scope, SignalId, SignalRequest, Termination, TreeId, TreeView, Visibility,
+    WaitId,
 };
 use tokio::runtime::{Handle, RuntimeFlavor};
 
@@ -40,7 +42,10 @@ type Fresh<'a> = dyn Fn() -> Arc<dyn Store> + 'a;
 ///   meter reservation over budget is refused before any io; cancel racing
 ///   an answer wins by priority and a committed completion stands; a
 ///   panicking step fails with kind panic and other trees keep running;
-///   starting the same id is idempotent and scopes are enforced; a host
+///   starting the same id is idempotent (a new tree, then the existing one),
+///   conflicts with another program or input, refuses an unregistered
+///   program, and scopes are enforced; a start whose lease is taken over
+///   before its first record is fenced and writes nothing; a host
 ///   deadline times the tree out and beats a racing answer; events report
 ///   committed facts in order; tree limits fail definitely and a tree over
 ///   its history is closed;
@@ -109,6 +114,11 @@ pub async fn engine_conformance<S: Store>(factory: impl Fn() -> S) {
     scenario(
         "starting the same id is idempotent and scopes are enforced",
         single::starting_the_same_id_is_idempotent_and_scopes_are_enforced(fresh),
+    )
+    .await;
+    scenario(
+        "a start whose lease is taken over before its first record is fenced and writes nothing",
+        single::a_start_whose_lease_is_taken_over_before_its_first_record_is_fenced_and_writes_nothing(fresh),
     )
     .await;
     scenario(
@@ -288,7 +298,7 @@ async fn records(store: &dyn Store, tree: TreeId) -> Vec<Record> {
 async fn wait_for(engine: &Engine, tree: TreeId, done: impl Fn(&TreeView) -> bool) -> TreeView {
     for _ in 0..10_000 {
         let view = engine
-            .inspect(&scope(), tree, false)
+            .inspect(&scope(), tree, Visibility::Public)
             .await
             .expect("inspects");
         if done(&view) {

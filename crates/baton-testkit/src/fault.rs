@@ -4,10 +4,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use baton_run::log::{RecordKind, Snapshot};
-use baton_run::{
-    AcquireRequest, Acquired, Append, AppendOutcome, BoxFuture, ListFilter, Store, StoreError,
-    Timestamp, TreeId, TreeLoad, TreeMeta,
+use baton_run::store::{
+    AcquireRequest, Acquired, Append, AppendOutcome, ListFilter, Store, StoreError, TreeLoad,
+    TreeMeta,
 };
+use baton_run::{BoxFuture, Timestamp, TreeId};
 
 /// Where a crash cuts a commit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,7 +79,7 @@ impl FaultStore {
 
     fn dead(&self) -> Option<StoreError> {
         self.crashed()
-            .then(|| StoreError::Unavailable("fault store: crashed".into()))
+            .then(|| StoreError::unavailable("fault store: crashed"))
     }
 
     fn trips(&self, batch: &[Append]) -> Option<Cut> {
@@ -128,15 +129,15 @@ impl Store for FaultStore {
             None => self.inner.append(batch),
             Some(Cut::Before) => {
                 self.crashed.store(true, Ordering::SeqCst);
-                failed(StoreError::Unavailable(
-                    "fault store: crashed before the commit".into(),
+                failed(StoreError::unavailable(
+                    "fault store: crashed before the commit",
                 ))
             }
             Some(Cut::After) => Box::pin(async move {
                 let _ = self.inner.append(batch).await?;
                 self.crashed.store(true, Ordering::SeqCst);
-                Err(StoreError::Unavailable(
-                    "fault store: crashed after the commit".into(),
+                Err(StoreError::unavailable(
+                    "fault store: crashed after the commit",
                 ))
             }),
         }

@@ -1,11 +1,11 @@
 //! # baton-testkit: conformance suites and test doubles for Baton
 //!
 //! Owns what every implementation of a kernel contract is checked with:
-//! [`definition_conformance`] for [`Definition`](baton_run::Definition)s, a [`ScriptedDispatcher`]
+//! [`definition_conformance`] for [`Definition`](baton_run::program::Definition)s, a [`ScriptedDispatcher`]
 //! that counts how often each effect id was dispatched, a
 //! [`FaultStore`] that cuts a store before or after the n-th commit of a
 //! given record kind, as a crash would, [`store_conformance`], the suite
-//! every [`Store`](baton_run::Store) implementation calls from its tests, and
+//! every [`Store`](baton_run::store::Store) implementation calls from its tests, and
 //! [`engine_conformance`], the engine's scenarios run on such a store, with
 //! the test [`programs`] they drive.
 //!

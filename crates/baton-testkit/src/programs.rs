@@ -11,11 +11,15 @@ pub use parent::{Plan, parent};
 
 use std::sync::Arc;
 
+use baton_run::dispatch::Dispatcher;
+use baton_run::program::{
+    Definition, Descriptor, Effect, Execution, ExecutionState, ProgramConfig, Schema, Signal,
+    SignalBody, StepError, Transition, configuration_digest, implementation_digest,
+};
+use baton_run::store::Store;
 use baton_run::{
-    ChildKey, Definition, Descriptor, Dispatcher, Effect, Engine, EngineConfig, Execution,
-    ExecutionState, Failure, Meters, Name, Payload, Program, ProgramConfig, Schema, Signal,
-    SignalBody, StartId, StartRequest, StepError, Store, Transition, WaitId, configuration_digest,
-    implementation_digest,
+    ChildKey, Engine, EngineConfig, Failure, Meters, Name, Payload, Program, StartId, StartRequest,
+    WaitId,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -223,11 +227,11 @@ pub fn start_id(key: &str) -> StartId {
 
 /// An engine on `store` with `programs` registered.
 pub fn engine(store: Arc<dyn Store>, programs: &[&Program<Value, Value>]) -> Engine {
-    let mut config = EngineConfig::with_store(store);
+    let mut config = EngineConfig::new(store);
     for program in programs {
-        config = config.program(*program);
+        config.programs.push(program.erase());
     }
-    Engine::new(config)
+    Engine::new(config).expect("the engine configuration is valid")
 }
 
 /// A start of a [`program`] under the id `key` with `input`.

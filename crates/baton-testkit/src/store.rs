@@ -3,14 +3,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use baton_run::dispatch::ReplayPolicy;
 use baton_run::log::{Record, RecordBody, RecordKind, Snapshot, verify};
+use baton_run::program::{
+    Definition, Descriptor, Effect, Execution, ExecutionState, ProgramConfig, Schema, Signal,
+    SignalBody, StepError, Transition, configuration_digest, implementation_digest,
+};
+use baton_run::store::{
+    AcquireRequest, Acquired, Append, AppendOutcome, Lease, ListFilter, Store, TreeLoad, TreeMeta,
+    TreeStatus,
+};
 use baton_run::{
-    AcquireRequest, Acquired, Append, AppendOutcome, Definition, Descriptor, Digest, Effect,
-    EffectId, Engine, EngineConfig, Execution, ExecutionState, Lease, ListFilter, Payload,
-    ProcessId, Program, ProgramConfig, RecoverOptions, ReplayPolicy, RuntimeError, Schema, Scope,
-    Settlement, Signal, SignalBody, StartId, StartRequest, Status, StepError, Store, Timestamp,
-    Transition, TreeId, TreeLoad, TreeMeta, TreeStatus, TreeView, configuration_digest,
-    implementation_digest,
+    Digest, EffectId, Engine, EngineConfig, Payload, ProcessId, Program, RecoverOptions,
+    RuntimeError, Scope, Settlement, StartId, StartRequest, Status, Timestamp, TreeId, TreeView,
+    Visibility,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -712,9 +718,12 @@ fn dispatch_once(dispatcher: ScriptedDispatcher) -> Program<Value, Value> {
 }
 
 fn engine(store: Arc<dyn Store>, program: &Program<Value, Value>, snapshot_every: u64) -> Engine {
-    let mut config = EngineConfig::with_store(store).program(program);
+    let mut config = EngineConfig {
+        programs: vec![program.erase()],
+        ..EngineConfig::new(store)
+    };
     config.snapshot_every = snapshot_every;
-    Engine::new(config)
+    Engine::new(config).expect("the engine configuration is valid")
 }
 
 fn scope() -> Scope {
@@ -728,7 +737,7 @@ async fn view_until(
     done: impl Fn(&TreeView) -> bool,
 ) -> TreeView {
     for _ in 0..10_000 {
-        if let Ok(view) = engine.inspect(&scope(), tree, false).await
+        if let Ok(view) = engine.inspect(&scope(), tree, Visibility::Public).await
             && done(&view)
         {
             return view;

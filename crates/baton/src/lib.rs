@@ -29,14 +29,14 @@
 //! ## The model in one page
 //!
 //! **Programs are deterministic state machines.** A
-//! [`Definition`](run::Definition) is immutable behaviour: a
-//! [`Descriptor`](run::Descriptor) (a lowercase dotted name and JSON Schemas
+//! [`Definition`](run::program::Definition) is immutable behaviour: a
+//! [`Descriptor`](run::program::Descriptor) (a lowercase dotted name and JSON Schemas
 //! for input, output and unaddressed signals), a way to `start` an
-//! [`Execution`](run::Execution) from an input, and a way to `restore` one
-//! from a recorded [`ExecutionState`](run::ExecutionState). An execution is
+//! [`Execution`](run::program::Execution) from an input, and a way to `restore` one
+//! from a recorded [`ExecutionState`](run::program::ExecutionState). An execution is
 //! the private state of one process. Its `step` receives the whole
 //! unconsumed part of its mailbox (its *window*) and returns one
-//! [`Transition`](run::Transition): `Continue` with effects, `Wait` for an
+//! [`Transition`](run::program::Transition): `Continue` with effects, `Wait` for an
 //! addressed answer, `Complete` with an output, or `Fail`; each says how
 //! many leading signals it consumed. A step does no I/O and gets no clock.
 //! Before a step's new state is adopted, the engine snapshots it and
@@ -45,12 +45,12 @@
 //! crash.
 //!
 //! **Effects are declared, not performed.** A step returns
-//! [`Effect`](run::Effect)s and the engine carries them out in declaration
+//! [`Effect`](run::program::Effect)s and the engine carries them out in declaration
 //! order. `Effect::Wait` opens an external wait that the host answers;
 //! `Effect::Dispatch` sends an opaque request (a model call, a timer, a
-//! tool) to the program's [`Dispatcher`](run::Dispatcher). Once every
+//! tool) to the program's [`Dispatcher`](run::dispatch::Dispatcher). Once every
 //! effect of a transition has settled, their results come back as
-//! [`Signal`](run::Signal)s in declaration order: a wait arrives as
+//! [`Signal`](run::program::Signal)s in declaration order: a wait arrives as
 //! `SignalBody::WaitOpened` carrying its [`WaitId`](run::WaitId), a dispatch
 //! as `SignalBody::Settled`. Host input arrives as `SignalBody::Input`,
 //! addressed to a wait (an answer, validated against the wait's answer
@@ -74,7 +74,7 @@
 //! **Uncertain effects are never silently repeated.** A dispatch found
 //! pending after a crash is sent again under the same
 //! [`EffectId`](run::EffectId) only if its dispatcher's
-//! [`ReplayPolicy`](run::ReplayPolicy) is `SameIdentity`. Otherwise it
+//! [`ReplayPolicy`](run::dispatch::ReplayPolicy) is `SameIdentity`. Otherwise it
 //! settles as *unknown*, its process parks (`needs_attention`), and the
 //! host resolves it with a settlement or explicitly replays it.
 //!
@@ -85,7 +85,7 @@
 //! caller's scope.
 //!
 //! **The engine** ([`Engine`](run::Engine)) runs trees on tokio, one owner
-//! task per tree, over a [`Store`](run::Store): in memory
+//! task per tree, over a [`Store`](run::store::Store): in memory
 //! ([`MemoryStore`](run::MemoryStore)) or durable on disk
 //! (`baton::store::sqlite::SqliteStore`, one SQLite file). A [`Program`](run::Program) binds a
 //! definition to its dispatcher and to digests of its implementation and
@@ -101,11 +101,13 @@
 //! ```
 //! use std::sync::Arc;
 //!
+//! use baton::run::program::{
+//!     Definition, Descriptor, Effect, Execution, ExecutionState, ProgramConfig, Schema, Signal,
+//!     SignalBody, StepError, Transition, configuration_digest, implementation_digest,
+//! };
 //! use baton::run::{
-//!     ChildKey, Definition, Descriptor, Effect, Engine, EngineConfig, Execution, ExecutionState,
-//!     MemoryStore, Payload, Program, ProgramConfig, Schema, Signal, SignalBody, SignalId,
-//!     SignalRequest, StartId, StartRequest, StepError, Transition, WaitId, configuration_digest,
-//!     implementation_digest,
+//!     ChildKey, Engine, EngineConfig, MemoryStore, Payload, Program, SignalId, SignalRequest,
+//!     StartId, StartRequest, WaitId,
 //! };
 //! use serde::{Deserialize, Serialize};
 //!
@@ -202,7 +204,10 @@
 //!         implementation: implementation_digest(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
 //!         configuration: configuration_digest(&())?,
 //!     });
-//!     let engine = Engine::new(EngineConfig::new(MemoryStore::new()));
+//!     let engine = Engine::new(EngineConfig {
+//!         programs: vec![program.erase()],
+//!         ..EngineConfig::new(Arc::new(MemoryStore::new()))
+//!     })?;
 //!     let start = StartRequest::new(StartId::new("acme", "job-1")?, "deploy".to_string());
 //!     let handle = engine.start(&program, start).await?;
 //!

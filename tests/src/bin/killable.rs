@@ -24,12 +24,15 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use baton::run::dispatch::{DispatchCall, Dispatcher, ReplayPolicy};
+use baton::run::program::{
+    Boundary, Condition, Definition, Descriptor, Effect, Execution, ExecutionState, ProgramConfig,
+    Schema, Signal, SignalBody, StepError, Transition, configuration_digest, implementation_digest,
+};
 use baton::run::{
-    Boundary, BoxFuture, ChildKey, Condition, Definition, Descriptor, DispatchCall, Dispatcher,
-    Effect, Engine, EngineConfig, EventKind, Execution, ExecutionState, Payload, Program,
-    ProgramConfig, RecoverOptions, ReplayPolicy, Schema, Scope, Settlement, Signal, SignalBody,
-    SignalError, SignalId, SignalRequest, StartId, StartRequest, Status, StepError, Transition,
-    TreeId, configuration_digest, implementation_digest,
+    BoxFuture, ChildKey, Engine, EngineConfig, EventKind, Payload, Program, RecoverOptions, Scope,
+    Settlement, SignalError, SignalId, SignalRequest, StartId, StartRequest, Status, TreeId,
+    Visibility,
 };
 use baton::store::sqlite::{SqliteConfig, SqliteStore};
 use serde::{Deserialize, Serialize};
@@ -303,9 +306,12 @@ async fn main() -> Result<(), Box<dyn Error>> {
         .set(worker.reference().digest)
         .map_err(|_| "worker set twice")?;
     let root = program(Role::Root, dispatcher, vec![worker]);
-    let mut config = EngineConfig::new(store).program(&root);
+    let mut config = EngineConfig {
+        programs: vec![root.erase()],
+        ..EngineConfig::new(Arc::new(store))
+    };
     config.snapshot_every = 8;
-    let engine = Engine::new(config);
+    let engine = Engine::new(config)?;
 
     // Progress markers: one line per committed event.
     let mut events = engine.events();
@@ -343,7 +349,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
             if !pending.contains(&tree) {
                 continue;
             }
-            let view = engine.inspect(&scope, tree, true).await?;
+            let view = engine.inspect(&scope, tree, Visibility::Private).await?;
             if view.root().status.is_terminal() {
                 pending.remove(&tree);
                 continue;

@@ -3,13 +3,19 @@
 //! decides from the Turn it is given, an `InputGate` worker and a reviewer
 //! workflow. The program is `baton_examples::team_review` itself.
 
+use std::sync::Arc;
+
 use baton::run::{Engine, EngineConfig, MemoryStore, Payload, StartId, StartRequest, Status};
 use baton_examples::team_review as example;
 
 #[tokio::test]
 async fn the_model_backed_coordinator_runs_the_worked_example() {
     let team = example::team().expect("builds");
-    let engine = Engine::new(EngineConfig::new(MemoryStore::new()).program(&team));
+    let engine = Engine::new(EngineConfig {
+        programs: vec![team.erase()],
+        ..EngineConfig::new(Arc::new(MemoryStore::new()))
+    })
+    .expect("the engine configuration is valid");
     let request = StartRequest::new(
         StartId::new("example", "agent-example").expect("valid"),
         example::TASK.to_owned(),

@@ -8,6 +8,8 @@
 //! resolving the unknown effects it finds; then it runs to the end. The
 //! result must equal an uninterrupted run's.
 
+use std::sync::Arc;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
@@ -98,7 +100,8 @@ fn scope() -> Scope {
 /// Every tree's output, after checking that each log verifies.
 async fn outputs(db: &Path) -> (BTreeMap<TreeId, Payload>, SqliteStore) {
     let store = SqliteStore::open(db).expect("opens");
-    let engine = Engine::new(EngineConfig::new(store.clone()));
+    let engine = Engine::new(EngineConfig::new(Arc::new(store.clone())))
+        .expect("the engine configuration is valid");
     let mut outputs = BTreeMap::new();
     for n in 0..TREES {
         let tree = tree(n);

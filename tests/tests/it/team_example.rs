@@ -141,7 +141,11 @@ async fn the_worked_example_runs_four_turns_and_prints_the_expected_line() {
         max_controls_per_turn: 1,
     })
     .expect("valid team");
-    let engine = Engine::new(EngineConfig::new(MemoryStore::new()).program(&team));
+    let engine = Engine::new(EngineConfig {
+        programs: vec![team.erase()],
+        ..EngineConfig::new(Arc::new(MemoryStore::new()))
+    })
+    .expect("the engine configuration is valid");
     let handle = engine
         .start(
             &team,

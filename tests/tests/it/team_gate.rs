@@ -87,7 +87,11 @@ async fn the_hosts_answer_to_a_gate_wakes_the_waiting_team_with_its_signal_id() 
         )),
     });
     let team = compile::<String, String>(config(&coordinator)).expect("valid");
-    let engine = Engine::new(EngineConfig::new(MemoryStore::new()).program(&team));
+    let engine = Engine::new(EngineConfig {
+        programs: vec![team.erase()],
+        ..EngineConfig::new(Arc::new(MemoryStore::new()))
+    })
+    .expect("the engine configuration is valid");
     let handle = engine.start(&team, start("gate")).await.expect("starts");
     let gate = handle.child::<Answer>(&ask());
     // The team is waiting on the gate, which is waiting on the host.
@@ -126,13 +130,21 @@ async fn an_explicit_null_output_survives_a_crash_and_recovery_as_present() {
     let faulty = FaultStore::new(Arc::new(memory.clone()));
     // The first commit that adopts a step is cut after it reached the store.
     faulty.arm(RecordKind::StepAdopted, Cut::After, 1);
-    let first = Engine::new(EngineConfig::with_store(Arc::new(faulty.clone())).program(&team));
+    let first = Engine::new(EngineConfig {
+        programs: vec![team.erase()],
+        ..EngineConfig::new(Arc::new(faulty.clone()))
+    })
+    .expect("the engine configuration is valid");
     let handle = first.start(&team, start("null")).await.expect("starts");
     let tree = handle.tree();
     let _ = handle.await_result().await;
     assert!(faulty.crashed());
     drop(first);
-    let second = Engine::new(EngineConfig::with_store(faulty.inner()).program(&team));
+    let second = Engine::new(EngineConfig {
+        programs: vec![team.erase()],
+        ..EngineConfig::new(faulty.inner())
+    })
+    .expect("the engine configuration is valid");
     second
         .recover(RecoverOptions::default())
         .await
@@ -150,7 +162,11 @@ async fn an_explicit_null_output_survives_a_crash_and_recovery_as_present() {
         "null is a present output"
     );
     // A fresh engine folding the stored log sees the same.
-    let third = Engine::new(EngineConfig::with_store(Arc::new(memory.clone())).program(&team));
+    let third = Engine::new(EngineConfig {
+        programs: vec![team.erase()],
+        ..EngineConfig::new(Arc::new(memory.clone()))
+    })
+    .expect("the engine configuration is valid");
     let again = third
         .process::<Option<String>>(&scope, tree)
         .await

@@ -7,9 +7,10 @@ use baton::agent::{
     Interaction, InteractionConfig, InteractionInput, InteractionOutput, Message, Response,
     ScriptedModel, Steering,
 };
+use baton::run::program::ChildSignal;
 use baton::run::{
-    Budget, ChildKey, ChildSignal, Engine, EngineConfig, Failure, MemoryStore, Name, Payload,
-    Quota, SignalId, StartId, StartRequest, Status,
+    Budget, ChildKey, Engine, EngineConfig, Failure, MemoryStore, Name, Payload, Quota, SignalId,
+    StartId, StartRequest, Status,
 };
 use baton::team::{
     Binding, Config, Control, Decision, Mode, Policy, PolicyConfig, TaskRequest, Turn,
@@ -107,7 +108,11 @@ async fn a_signal_control_steers_the_workers_next_model_call() {
         max_controls_per_turn: 1,
     })
     .expect("valid");
-    let engine = Engine::new(EngineConfig::new(MemoryStore::new()).program(&team));
+    let engine = Engine::new(EngineConfig {
+        programs: vec![team.erase()],
+        ..EngineConfig::new(Arc::new(MemoryStore::new()))
+    })
+    .expect("the engine configuration is valid");
     let request = StartRequest::new(
         StartId::new("acme", "steering").expect("valid"),
         "deploy".to_owned(),

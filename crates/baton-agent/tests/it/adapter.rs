@@ -9,9 +9,10 @@ use baton_agent::{
     Adapter, AdapterConfig, FinishReason, InteractionInput, Message, Part, Request, Response,
     ResponseFormat, Role, ScriptedModel, Steering, Usage,
 };
+use baton_run::program::{ChildOutcome, Definition, Effect, Signal, SignalBody, Transition};
 use baton_run::{
-    Budget, ChildOutcome, Definition, Effect, EffectId, MemoryStore, Payload, ProcessId,
-    Settlement, Signal, SignalBody, SignalId, StartId, Status, Termination, Transition,
+    Budget, EffectId, MemoryStore, Payload, ProcessId, Settlement, SignalId, StartId, Status,
+    Termination,
 };
 use baton_testkit::{ConformanceCase, definition_conformance};
 use baton_workflow::TransformError;

@@ -7,8 +7,10 @@ use baton_agent::{
     ChatModel, Interaction, InteractionConfig, InteractionInput, InteractionOutput, Message,
     ModelError, ModelIdentity, Request, Response, Tool, ToolCall,
 };
+use baton_run::store::Store;
 use baton_run::{
-    BoxFuture, Engine, EngineConfig, Program, Scope, StartId, StartRequest, Store, TreeId, TreeView,
+    BoxFuture, Engine, EngineConfig, Program, Scope, StartId, StartRequest, TreeId, TreeView,
+    Visibility,
 };
 use baton_workflow::{Config, Workflow, transform};
 use schemars::JsonSchema;
@@ -67,7 +69,11 @@ pub fn interaction(
 }
 
 pub fn engine<I, O>(store: Arc<dyn Store>, program: &Program<I, O>) -> Engine {
-    Engine::new(EngineConfig::with_store(store).program(program))
+    Engine::new(EngineConfig {
+        programs: vec![program.erase()],
+        ..EngineConfig::new(store)
+    })
+    .expect("the engine configuration is valid")
 }
 
 pub fn scope() -> Scope {
@@ -90,7 +96,7 @@ pub fn last(request: &Request) -> &Message {
 pub async fn wait_for(engine: &Engine, tree: TreeId, done: impl Fn(&TreeView) -> bool) -> TreeView {
     for _ in 0..20_000 {
         let view = engine
-            .inspect(&scope(), tree, false)
+            .inspect(&scope(), tree, Visibility::Public)
             .await
             .expect("inspects");
         if done(&view) {

@@ -11,7 +11,7 @@ use baton_agent::{
 use baton_run::log::RecordKind;
 use baton_run::{
     Budget, EventKind, FailureKind, MemoryStore, Name, Payload, RecoverOptions, Settlement,
-    SignalId, SignalReceipt, SignalRequest, StartError, Status,
+    SignalId, SignalReceipt, SignalRequest, StartError, Status, Visibility,
 };
 use baton_testkit::{Cut, FaultStore};
 
@@ -65,7 +65,7 @@ async fn two_round_tool_use_completes_with_the_tools_answer() {
     assert_eq!(second[second.len() - 2].calls()[0].id, "c1");
     assert_eq!(results(&second[second.len() - 1])[0].id, "c1");
     let view = engine
-        .inspect(&scope(), handle.tree(), false)
+        .inspect(&scope(), handle.tree(), Visibility::Public)
         .await
         .expect("inspects");
     assert_eq!(view.processes.len(), 2, "the tool ran as a child");
@@ -100,7 +100,7 @@ async fn an_unknown_tool_becomes_an_error_result_the_model_sees() {
     let output: InteractionOutput = handle.output().await.expect("completes");
     assert_eq!(output.response.message().text(), "sorry, no such tool");
     let view = engine
-        .inspect(&scope(), handle.tree(), false)
+        .inspect(&scope(), handle.tree(), Visibility::Public)
         .await
         .expect("inspects");
     assert_eq!(view.processes.len(), 1, "no child ran for an unknown tool");
@@ -195,7 +195,7 @@ async fn generated_tokens_are_charged_to_the_tokens_meter() {
     let handle = engine.start(&program, request).await.expect("starts");
     handle.join().await.expect("joins");
     let view = engine
-        .inspect(&scope(), handle.tree(), false)
+        .inspect(&scope(), handle.tree(), Visibility::Public)
         .await
         .expect("inspects");
     let tokens = Name::new("tokens").expect("valid");
@@ -349,7 +349,7 @@ async fn a_length_cut_tool_call_is_asked_again_without_running() {
         output.response.message().text()
     );
     let view = engine
-        .inspect(&scope(), handle.tree(), false)
+        .inspect(&scope(), handle.tree(), Visibility::Public)
         .await
         .expect("inspects");
     assert_eq!(view.processes.len(), 1, "the cut call never ran");

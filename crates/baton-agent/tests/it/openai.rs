@@ -11,7 +11,7 @@ use baton_agent::openai::{OpenAiConfig, OpenAiModel};
 use baton_agent::{
     ChatModel, FinishReason, InteractionOutput, Message, ModelError, Request, Role, output,
 };
-use baton_run::{EventKind, MemoryStore, Status};
+use baton_run::{EventKind, MemoryStore, Status, Visibility};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -296,7 +296,7 @@ async fn streamed_deltas_arrive_as_engine_events_in_order() {
     }
     assert_eq!(texts, ["Hel", "lo", ", ", "world"]);
     let view = engine
-        .inspect(&scope(), handle.tree(), false)
+        .inspect(&scope(), handle.tree(), Visibility::Public)
         .await
         .expect("inspects");
     let tokens = baton_run::Name::new("tokens").expect("valid");

@@ -3,7 +3,8 @@
 
 use anyhow::{Result, bail};
 use baton::coordination::{Answer, InputGate};
-use baton::run::{Engine, ListFilter, ProcessHandle, Program, TreeId, TreeStatus};
+use baton::run::store::{ListFilter, TreeStatus};
+use baton::run::{Engine, ProcessHandle, Program, TreeId};
 
 use super::request;
 use crate::store::BenchStore;
@@ -29,7 +30,8 @@ pub async fn start_waiting(
         handles.push(
             engine
                 .start(gate, request(format!("{prefix}-{index}"), index as u64)?)
-                .await?,
+                .await?
+                .into_handle(),
         );
     }
     // Watch the store's listing rather than each tree: inspecting a tree

@@ -19,7 +19,7 @@ const IDLE_WARM_UP: usize = 64;
 pub async fn idle_run(run: usize, kind: StoreKind, roots: usize) -> Result<Sample> {
     let store = BenchStore::fresh(kind)?;
     let gate = gate_program()?;
-    let engine = Engine::new(store.config().program(&gate));
+    let engine = Engine::new(store.config(gate.erase()))?;
     let mut handles = Vec::with_capacity(IDLE_WARM_UP.max(roots));
     let warm = format!("warm-{run}");
     start_waiting(&store, &engine, &gate, &warm, IDLE_WARM_UP, &mut handles).await?;

@@ -5,12 +5,15 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
+use baton::run::dispatch::{DispatchCall, Dispatcher, ReplayPolicy};
 use baton::run::log::RecordKind;
+use baton::run::program::{
+    Boundary, Condition, Definition, Descriptor, Effect, Execution, ExecutionState, ProgramConfig,
+    Schema, Signal, StepError, Transition, configuration_digest,
+};
 use baton::run::{
-    Boundary, BoxFuture, Budget, ChildKey, Condition, Definition, Descriptor, Digest, DispatchCall,
-    Dispatcher, Effect, Engine, Execution, ExecutionState, MemoryStore, Payload, Program,
-    ProgramConfig, ReplayPolicy, Schema, Settlement, Signal, Status, StepError, Transition, TreeId,
-    configuration_digest,
+    BoxFuture, Budget, ChildKey, Digest, Engine, MemoryStore, Payload, Program, Settlement, Status,
+    TreeId,
 };
 use serde::{Deserialize, Serialize};
 
@@ -32,7 +35,7 @@ fn adopted_steps(store: &MemoryStore, tree: TreeId) -> u64 {
 pub async fn step_run(run: usize, kind: StoreKind, steps: u64) -> Result<Sample> {
     let store = BenchStore::fresh(kind)?;
     let program = program(Workload::Step, None)?;
-    let engine = Engine::new(store.config().program(&program));
+    let engine = Engine::new(store.config(program.erase()))?;
     let mut start = request(format!("step-{run}"), 0)?;
     start.budget = Budget::unlimited().with_steps(steps);
 
@@ -86,7 +89,7 @@ async fn counting_run(
 ) -> Result<Sample> {
     let store = BenchStore::fresh(kind)?;
     let program = program(workload, dispatcher)?;
-    let engine = Engine::new(store.config().program(&program));
+    let engine = Engine::new(store.config(program.erase()))?;
     let start = request(format!("{}-{run}", workload.name()), count)?;
 
     let phase = Phase::on(&store).await?;

@@ -22,9 +22,8 @@ pub mod state;
 pub mod team;
 
 use anyhow::{Context, Result, bail};
-use baton::run::{
-    Digest, Engine, Payload, Program, StartId, StartRequest, Status, implementation_digest,
-};
+use baton::run::program::implementation_digest;
+use baton::run::{Digest, Engine, Payload, Program, StartId, StartRequest, Status};
 use serde::{Deserialize, Serialize};
 
 use crate::args::Options;
@@ -194,7 +193,7 @@ async fn per_root<I: Serialize + Clone, O>(
     roots: u64,
     expected: &Payload,
 ) -> Result<Measured> {
-    let engine = Engine::new(store.config().program(program));
+    let engine = Engine::new(store.config(program.erase()))?;
     let phase = Phase::on(store).await?;
     for index in 0..roots {
         let handle = engine

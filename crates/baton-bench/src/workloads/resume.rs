@@ -45,7 +45,7 @@ pub async fn resume_run(
     let gate = gate_program()?;
     let store = BenchStore::fresh(kind)?;
     {
-        let engine = Engine::new(store.config().program(&gate));
+        let engine = Engine::new(store.config(gate.erase()))?;
         let mut handles = Vec::with_capacity(trees);
         let prefix = format!("resume-{run}");
         start_waiting(&store, &engine, &gate, &prefix, trees, &mut handles).await?;
@@ -115,7 +115,7 @@ async fn answer_all(
     trees: usize,
     phase: Phase,
 ) -> Result<Sample> {
-    let engine = Engine::new(store.config().program(gate));
+    let engine = Engine::new(store.config(gate.erase()))?;
     let report = engine.recover(RecoverOptions::default()).await?;
     if let Some((tree, Err(error))) = report.iter().find(|(_, result)| result.is_err()) {
         bail!("tree {tree} did not recover: {error}");

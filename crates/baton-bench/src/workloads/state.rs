@@ -6,10 +6,11 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use anyhow::Result;
-use baton::run::{
-    Definition, Descriptor, Execution, ExecutionState, Payload, Program, ProgramConfig, Signal,
-    StepError, Transition, configuration_digest,
+use baton::run::program::{
+    Definition, Descriptor, Execution, ExecutionState, ProgramConfig, Signal, StepError,
+    Transition, configuration_digest,
 };
+use baton::run::{Payload, Program};
 use serde::{Deserialize, Serialize};
 
 use super::{implementation, per_root};

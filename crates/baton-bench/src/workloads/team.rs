@@ -86,13 +86,13 @@ pub async fn team_run(run: usize, kind: StoreKind, rounds: u64, batch: u64) -> R
         max_controls_per_turn: 1,
     })?;
     let store = BenchStore::fresh(kind)?;
-    let mut config = store.config().program(&team);
+    let mut config = store.config(team.erase());
     config.limits = TreeLimits {
         // A round of tasks and the coordinator at once.
         max_active_children: u32::try_from(batch)? + 8,
         ..TreeLimits::default()
     };
-    let engine = Engine::new(config);
+    let engine = Engine::new(config)?;
     let start = request(format!("team-{run}"), 0u64)?;
 
     let phase = Phase::on(&store).await?;

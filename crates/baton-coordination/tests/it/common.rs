@@ -5,9 +5,10 @@ use std::sync::Arc;
 use baton_coordination::{
     Accept, Answer, Deadline, FirstSuccess, FirstSuccessConfig, InputGate, Outcome,
 };
+use baton_run::store::Store;
 use baton_run::{
     ChildKey, Engine, EngineConfig, ManualClock, Payload, ProcessHandle, Program, SignalId,
-    SignalRequest, StartId, StartRequest, Status, Store, Timestamp, WaitId,
+    SignalRequest, StartId, StartRequest, Status, Timestamp, WaitId,
 };
 
 pub fn key(text: &str) -> ChildKey {
@@ -26,11 +27,14 @@ pub fn gate() -> Program<String, Answer> {
 }
 
 pub fn engine_on(store: Arc<dyn Store>, clock: &ManualClock, programs: &[Program]) -> Engine {
-    let mut config = EngineConfig::with_store(store).clock(clock.clone());
+    let mut config = EngineConfig {
+        clock: Arc::new(clock.clone()),
+        ..EngineConfig::new(store)
+    };
     for program in programs {
-        config = config.program(program);
+        config.programs.push(program.erase());
     }
-    Engine::new(config)
+    Engine::new(config).expect("the engine configuration is valid")
 }
 
 pub fn clock(at: u64) -> ManualClock {

@@ -2,9 +2,10 @@
 
 use crate::common::{gate, race, yes_or_timeout};
 use baton_coordination::{Candidate, Deadline, INTERRUPTED, TimerResult, WAIT_KEY};
+use baton_run::program::{ChildOutcome, Definition, Signal, SignalBody};
 use baton_run::{
-    ChildKey, ChildOutcome, Definition, EffectId, Failure, Payload, ProcessId, Settlement, Signal,
-    SignalBody, SignalId, StartId, Termination, Timestamp, WaitId,
+    ChildKey, EffectId, Failure, Payload, ProcessId, Settlement, SignalId, StartId, Termination,
+    Timestamp, WaitId,
 };
 use baton_testkit::{ConformanceCase, definition_conformance};
 use serde::Serialize;
@@ -242,7 +243,7 @@ fn the_deadline_conforms() {
 
 #[test]
 fn definitions_step_to_the_expected_transitions() {
-    use baton_run::Transition;
+    use baton_run::program::Transition;
     let deadline = Deadline::new();
     let mut run = deadline.start(&payload(5_000)).expect("starts");
     assert!(matches!(run.step(&[]), Ok(Transition::Continue { .. })));

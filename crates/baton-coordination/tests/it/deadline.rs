@@ -6,7 +6,8 @@ use std::time::Duration;
 use crate::common::{armed, clock, engine_on, request};
 use baton_coordination::{Candidate, CandidateError, Deadline, INTERRUPTED};
 use baton_run::log::RecordKind;
-use baton_run::{Definition, MemoryStore, Payload, RecoverOptions, Scope, Status, Timestamp};
+use baton_run::program::Definition;
+use baton_run::{MemoryStore, Payload, RecoverOptions, Scope, Status, Timestamp};
 use baton_testkit::{Cut, FaultStore};
 use serde_json::Value;
 

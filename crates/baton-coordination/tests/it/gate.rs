@@ -6,9 +6,10 @@ use std::sync::Arc;
 use crate::common::{answer_to, clock, engine_on, gate, open_wait, request};
 use baton_coordination::{Answer, ConfigError, GateConfig, InputGate};
 use baton_run::log::RecordKind;
+use baton_run::program::Schema;
 use baton_run::{
-    EffectId, MemoryStore, Payload, RecoverOptions, Schema, Scope, SignalError, SignalId,
-    SignalReceipt, SignalRequest, Status, WaitId,
+    EffectId, MemoryStore, Payload, RecoverOptions, Scope, SignalError, SignalId, SignalReceipt,
+    SignalRequest, Status, WaitId,
 };
 use baton_testkit::{Cut, FaultStore};
 

@@ -18,7 +18,8 @@ use super::{Payload, PayloadError};
 /// refuses a writer that does not hold exactly one whole value.
 ///
 /// ```
-/// use baton_run::{Payload, PayloadWriter};
+/// use baton_run::Payload;
+/// use baton_run::program::PayloadWriter;
 ///
 /// let input = Payload::parse_str(r#"{"b":1,"a":2}"#)?;
 /// let mut writer = PayloadWriter::new();

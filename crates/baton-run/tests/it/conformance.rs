@@ -4,10 +4,11 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use baton_run::{
-    ChildKey, Definition, Descriptor, EffectId, Execution, ExecutionState, Payload, ProcessId,
-    Schema, Settlement, Signal, SignalBody, SignalId, StepError, Transition, WaitId,
+use baton_run::program::{
+    Definition, Descriptor, Execution, ExecutionState, Schema, Signal, SignalBody, StepError,
+    Transition,
 };
+use baton_run::{ChildKey, EffectId, Payload, ProcessId, Settlement, SignalId, WaitId};
 use baton_testkit::programs::{Kind, program, start_id};
 use baton_testkit::{ConformanceCase, definition_conformance};
 use serde_json::json;

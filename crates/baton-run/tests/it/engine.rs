@@ -6,10 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_run::{
-    Engine, EngineConfig, MemoryStore, Payload, RecoverError, ReplayPolicy, Scope, Status, Store,
-    Timestamp,
-};
+use baton_run::dispatch::ReplayPolicy;
+use baton_run::store::Store;
+use baton_run::{Engine, EngineConfig, MemoryStore, Payload, Scope, Status, Timestamp, TreeError};
 use baton_testkit::programs::{Kind, SCOPE, engine, program, request};
 use baton_testkit::{ScriptedDispatcher, engine_conformance};
 use serde_json::json;
@@ -47,7 +46,7 @@ async fn rewriting_any_stored_record_is_detected_at_that_record() {
             .await
             .expect_err("tampering is detected");
         match error {
-            RecoverError::Corrupt { message, .. } => {
+            TreeError::Corrupt { message, .. } => {
                 assert!(
                     message.contains(&format!("record {}", record.seq)),
                     "{message}"
@@ -61,7 +60,7 @@ async fn rewriting_any_stored_record_is_detected_at_that_record() {
 /// Copies a tree's records into another memory store and returns an engine on it.
 async fn engine_on_copy(from: &MemoryStore, to: &MemoryStore, tree: baton_run::TreeId) -> Engine {
     let lease = match to
-        .acquire(baton_run::AcquireRequest {
+        .acquire(baton_run::store::AcquireRequest {
             tree,
             owner: "copier".into(),
             now: Timestamp(0),
@@ -71,7 +70,7 @@ async fn engine_on_copy(from: &MemoryStore, to: &MemoryStore, tree: baton_run::T
         .await
         .expect("acquires")
     {
-        baton_run::Acquired::Granted { lease, .. } => lease,
+        baton_run::store::Acquired::Granted { lease, .. } => lease,
         other => panic!("unexpected {other:?}"),
     };
     let meta = from
@@ -82,7 +81,7 @@ async fn engine_on_copy(from: &MemoryStore, to: &MemoryStore, tree: baton_run::T
         .find(|m| m.tree == tree)
         .expect("meta");
     let outcome = to
-        .append(vec![baton_run::Append {
+        .append(vec![baton_run::store::Append {
             tree,
             token: lease.token,
             records: from.records(tree),
@@ -91,8 +90,8 @@ async fn engine_on_copy(from: &MemoryStore, to: &MemoryStore, tree: baton_run::T
         }])
         .await
         .expect("appends");
-    assert_eq!(outcome, vec![baton_run::AppendOutcome::Committed]);
-    Engine::new(EngineConfig::new(to.clone()))
+    assert_eq!(outcome, vec![baton_run::store::AppendOutcome::Committed]);
+    Engine::new(EngineConfig::new(Arc::new(to.clone()))).expect("the engine configuration is valid")
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Canonical payload encoding: key order and whitespace never matter.
 
-use baton_run::{Descriptor, FailureKind, Payload, Schema};
+use baton_run::program::{Descriptor, Schema};
+use baton_run::{FailureKind, Payload};
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 

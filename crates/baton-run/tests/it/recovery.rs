@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use baton_run::{EngineConfig, MemoryStore, Payload, Scope, SignalId, SignalRequest, Store};
+use baton_run::store::Store;
+use baton_run::{EngineConfig, MemoryStore, Payload, Scope, SignalId, SignalRequest};
 use baton_testkit::programs::{Kind, engine, open_wait, program, request};
 use serde_json::json;
 
@@ -13,9 +14,12 @@ use serde_json::json;
 async fn a_store_keeping_history_still_loads_from_its_latest_snapshot() {
     let ask = program(Kind::Ask, None);
     let store = MemoryStore::keeping_history();
-    let mut config = EngineConfig::new(store.clone()).program(&ask);
+    let mut config = EngineConfig {
+        programs: vec![ask.erase()],
+        ..EngineConfig::new(Arc::new(store.clone()))
+    };
     config.snapshot_every = 1;
-    let first = baton_run::Engine::new(config);
+    let first = baton_run::Engine::new(config).expect("the engine configuration is valid");
     let handle = first
         .start(&ask, request("history", "q"))
         .await
@@ -50,11 +54,14 @@ async fn a_store_keeping_history_still_loads_from_its_latest_snapshot() {
 async fn snapshots_are_paced_by_log_bytes_and_bound_the_tail_a_recovery_folds() {
     let looping = program(Kind::Loop, None);
     let store = MemoryStore::keeping_history();
-    let mut config = EngineConfig::new(store.clone()).program(&looping);
+    let mut config = EngineConfig {
+        programs: vec![looping.erase()],
+        ..EngineConfig::new(Arc::new(store.clone()))
+    };
     // Every commit may snapshot by count; only the byte pacing holds back.
     config.snapshot_every = 1;
     config.max_steps_per_commit = 1;
-    let engine = baton_run::Engine::new(config);
+    let engine = baton_run::Engine::new(config).expect("the engine configuration is valid");
     // Trees ending after every number of steps in a range: the tail a
     // recovery would fold is checked at each of those points.
     for steps in 20..60 {

@@ -4,10 +4,8 @@
 
 use std::path::PathBuf;
 
-use baton_run::{
-    Budget, Cause, ChildSignal, Descriptor, Failure, FailureKind, Payload, Schema, SignalId,
-    Termination, Usage,
-};
+use baton_run::program::{ChildSignal, Descriptor, Schema};
+use baton_run::{Budget, Cause, Failure, FailureKind, Payload, SignalId, Termination, Usage};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use serde_json::{Map, Value, json};

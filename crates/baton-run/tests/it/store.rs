@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use baton_run::log::{Record, RecordBody};
-use baton_run::{
-    AcquireRequest, Acquired, Append, AppendOutcome, Cause, Digest, MemoryStore, ProcessId, Scope,
-    Store, Termination, Timestamp, TreeMeta, TreeStatus,
+use baton_run::store::{
+    AcquireRequest, Acquired, Append, AppendOutcome, Store, TreeMeta, TreeStatus,
 };
+use baton_run::{Cause, Digest, MemoryStore, ProcessId, Scope, Termination, Timestamp};
 use baton_testkit::programs::start_id;
 
 fn acquire(tree: ProcessId, owner: &str, now: u64, force: bool) -> AcquireRequest {

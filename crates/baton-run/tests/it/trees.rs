@@ -5,16 +5,24 @@
 use std::sync::Arc;
 
 use baton_run::log::RecordKind;
+use baton_run::program::{Boundary, Condition};
 use baton_run::{
-    Boundary, Budget, Capabilities, Condition, Dimension, Engine, EngineConfig, MemoryStore,
-    Program, Scope, StartRequest, TreeView,
+    Budget, Capabilities, Dimension, Engine, EngineConfig, MemoryStore, Program, Scope,
+    StartRequest, TreeView, Visibility,
 };
 use baton_testkit::programs::{Kind, Plan, SCOPE, parent, program, start_id};
 use proptest::prelude::*;
 use serde_json::Value;
 
-fn engine_for(store: Arc<dyn baton_run::Store>, program: &Program<Vec<String>, Value>) -> Engine {
-    Engine::new(EngineConfig::with_store(store).program(program))
+fn engine_for(
+    store: Arc<dyn baton_run::store::Store>,
+    program: &Program<Vec<String>, Value>,
+) -> Engine {
+    Engine::new(EngineConfig {
+        programs: vec![program.erase()],
+        ..EngineConfig::new(store)
+    })
+    .expect("the engine configuration is valid")
 }
 
 fn start(key_text: &str, input: Vec<String>, budget: Budget) -> StartRequest<Vec<String>> {
@@ -100,7 +108,7 @@ proptest! {
             handle.join().await.expect("joins");
             let scope = Scope::new(SCOPE).expect("valid");
             engine.verify(&scope, handle.tree()).await.expect("the log verifies");
-            let view = engine.inspect(&scope, handle.tree(), false).await.expect("inspects");
+            let view = engine.inspect(&scope, handle.tree(), Visibility::Public).await.expect("inspects");
             let starts = store.records(handle.tree()).iter().filter(|r| r.kind == RecordKind::ChildStarted).count();
             prop_assert!(starts <= fanout, "no child started twice");
             prop_assert_eq!(starts, view.processes.len() - 1);

@@ -1,6 +1,7 @@
 //! The payload writer: canonical by construction, and every misuse refused.
 
-use baton_run::{Payload, PayloadError, PayloadWriter, WriteError};
+use baton_run::program::{PayloadWriter, WriteError};
+use baton_run::{Payload, PayloadError};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 

@@ -8,10 +8,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use baton_run::dispatch::ReplayPolicy;
 use baton_run::log::RecordKind;
+use baton_run::store::{Store, TreeStatus};
 use baton_run::{
-    Engine, EngineConfig, Payload, RecoverError, RecoverOptions, ReplayPolicy, RuntimeError, Scope,
-    SignalId, SignalReceipt, SignalRequest, Status, Store, TreeId, TreeStatus,
+    Engine, EngineConfig, Payload, RecoverOptions, RuntimeError, Scope, SignalId, SignalReceipt,
+    SignalRequest, Status, TreeError, TreeId,
 };
 use baton_store_sqlite::{SqliteConfig, SqliteStore};
 use baton_testkit::programs::{Kind, SCOPE, engine, open_wait, program, request};
@@ -123,9 +125,10 @@ async fn tamper_is_detected(path: &Path, tree: TreeId, seq: u64) {
     let at = edited.len() - 2;
     edited[at] ^= 0x01;
     write_back(&conn, tree, seq, &table, id, &edited);
-    let verifier = Engine::new(EngineConfig::new(keeping_history(path)));
+    let verifier = Engine::new(EngineConfig::new(Arc::new(keeping_history(path))))
+        .expect("the engine configuration is valid");
     match verifier.verify(&scope(), tree).await {
-        Err(RecoverError::Corrupt { message, .. }) => assert!(
+        Err(TreeError::Corrupt { message, .. }) => assert!(
             message.contains(&format!("record {seq}:")),
             "an edit of record {seq} ({table}) reported as {message}"
         ),
@@ -182,7 +185,8 @@ async fn editing_any_stored_record_in_the_file_is_detected_at_that_record() {
     }
     tamper_is_detected(&path, large.tree(), 1).await;
     // Everything restored: both logs verify again.
-    let verifier = Engine::new(EngineConfig::new(keeping_history(&path)));
+    let verifier = Engine::new(EngineConfig::new(Arc::new(keeping_history(&path))))
+        .expect("the engine configuration is valid");
     assert_eq!(verifier.verify(&scope(), handle.tree()).await, Ok(head));
     assert!(verifier.verify(&scope(), large.tree()).await.is_ok());
 }
@@ -211,7 +215,8 @@ async fn a_fresh_engine_on_a_reopened_file_recovers_a_tree_from_a_dropped_engine
     // Without the program registered: classified error, stored tree untouched.
     let store = keeping_history(&path);
     let before = store.records(tree).await.expect("reads");
-    let bare = Engine::new(EngineConfig::new(store.clone()));
+    let bare = Engine::new(EngineConfig::new(Arc::new(store.clone())))
+        .expect("the engine configuration is valid");
     let report = bare
         .recover(RecoverOptions::default())
         .await
@@ -245,7 +250,7 @@ async fn a_fresh_engine_on_a_reopened_file_recovers_a_tree_from_a_dropped_engine
         Status::Completed
     );
     let listed = store
-        .list(baton_run::ListFilter {
+        .list(baton_run::store::ListFilter {
             status: Some(TreeStatus::Done),
             scope: None,
         })

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_run::log::{Record, RecordBody, Snapshot};
-use baton_run::{
-    AcquireRequest, Acquired, Append, AppendOutcome, Digest, EffectId, ExecutionState, ListFilter,
-    Payload, ProcessId, Scope, StartId, Store, Timestamp, Transition, TreeId, TreeMeta, TreeStatus,
+use baton_run::program::{ExecutionState, Transition};
+use baton_run::store::{
+    AcquireRequest, Acquired, Append, AppendOutcome, ListFilter, Store, TreeMeta, TreeStatus,
 };
+use baton_run::{Digest, EffectId, Payload, ProcessId, Scope, StartId, Timestamp, TreeId};
 use baton_store_sqlite::{OpenError, SCHEMA_VERSION, SqliteConfig, SqliteStore};
 
 fn tree(key: &str) -> TreeId {

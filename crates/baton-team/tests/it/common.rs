@@ -2,12 +2,15 @@
 
 use std::sync::{Arc, Mutex};
 
+use baton_run::dispatch::{DispatchCall, Dispatcher, ReplayPolicy};
+use baton_run::program::{
+    Definition, Descriptor, Effect, Execution, ExecutionState, ProgramConfig, Schema, Signal,
+    SignalBody, StepError, Transition, configuration_digest, implementation_digest,
+};
+use baton_run::store::Store;
 use baton_run::{
-    BoxFuture, ChildKey, Definition, Descriptor, DispatchCall, Dispatcher, Effect, EffectId,
-    Engine, EngineConfig, Execution, ExecutionState, Failure, Name, Payload, ProcessHandle,
-    ProcessId, Program, ProgramConfig, Quota, ReplayPolicy, Schema, Settlement, Signal, SignalBody,
-    StartId, StartRequest, Status, StepError, Store, Transition, WaitId, configuration_digest,
-    implementation_digest,
+    BoxFuture, ChildKey, EffectId, Engine, EngineConfig, Failure, Name, Payload, ProcessHandle,
+    ProcessId, Program, Quota, Settlement, StartId, StartRequest, Status, WaitId,
 };
 use baton_team::{Binding, Config, Decision, Policy, PolicyConfig, Turn};
 use serde::{Deserialize, Serialize};
@@ -284,7 +287,11 @@ pub fn config(coordinator: Program, workers: Vec<Program>) -> Config {
 }
 
 pub fn engine<I, O>(store: Arc<dyn Store>, program: &Program<I, O>) -> Engine {
-    Engine::new(EngineConfig::with_store(store).program(program))
+    Engine::new(EngineConfig {
+        programs: vec![program.erase()],
+        ..EngineConfig::new(store)
+    })
+    .expect("the engine configuration is valid")
 }
 
 /// The id of a worker's first wait (declared by its first step).

@@ -9,12 +9,14 @@
 
 use std::sync::Arc;
 
+use baton_run::dispatch::{DispatchCall, Dispatcher, ReplayPolicy};
+use baton_run::program::{
+    Definition, Descriptor, Effect, Execution, ExecutionState, ProgramConfig, Schema, Signal,
+    StepError, Transition, configuration_digest, implementation_digest,
+};
 use baton_run::{
-    BoxFuture, ChildKey, Definition, Descriptor, DispatchCall, Dispatcher, Effect, Engine,
-    EngineConfig, Execution, ExecutionState, Failure, FailureKind, MemoryStore, Name, Payload,
-    Program, ProgramConfig, Quota, RecoverOptions, ReplayPolicy, RuntimeError, Schema, Settlement,
-    Signal, StartId, StartRequest, StepError, Transition, configuration_digest,
-    implementation_digest,
+    BoxFuture, ChildKey, Engine, EngineConfig, Failure, FailureKind, MemoryStore, Name, Payload,
+    Program, Quota, RecoverOptions, RuntimeError, Settlement, StartId, StartRequest,
 };
 use baton_team::{Binding, Config, Decision, Mode, Policy, PolicyConfig, TaskRequest, Turn};
 use serde::Serialize;
@@ -237,7 +239,11 @@ async fn a_run_recorded_under_other_settings_is_refused_and_one_under_equal_sett
     let store = MemoryStore::keeping_history();
     let dispatched = Arc::new(Notify::new());
     let recorded = team(&router(route("a")), &hanging_worker(dispatched.clone()));
-    let first = Engine::new(EngineConfig::with_store(Arc::new(store.clone())).program(&recorded));
+    let first = Engine::new(EngineConfig {
+        programs: vec![recorded.erase()],
+        ..EngineConfig::new(Arc::new(store.clone()))
+    })
+    .expect("the engine configuration is valid");
     let handle = first
         .start(
             &recorded,
@@ -255,7 +261,11 @@ async fn a_run_recorded_under_other_settings_is_refused_and_one_under_equal_sett
 
     // The same team with the router's settings changed is another program.
     let changed = team(&router(route("b")), &hanging_worker(dispatched.clone()));
-    let other = Engine::new(EngineConfig::with_store(Arc::new(store.clone())).program(&changed));
+    let other = Engine::new(EngineConfig {
+        programs: vec![changed.erase()],
+        ..EngineConfig::new(Arc::new(store.clone()))
+    })
+    .expect("the engine configuration is valid");
     let report = other
         .recover(RecoverOptions::default())
         .await
@@ -272,7 +282,11 @@ async fn a_run_recorded_under_other_settings_is_refused_and_one_under_equal_sett
     // run resumes, and the worker's pending dispatch is sent again.
     let rebuilt = team(&router(route("a")), &hanging_worker(dispatched.clone()));
     assert_eq!(rebuilt.reference().digest, recorded.reference().digest);
-    let second = Engine::new(EngineConfig::with_store(Arc::new(store.clone())).program(&rebuilt));
+    let second = Engine::new(EngineConfig {
+        programs: vec![rebuilt.erase()],
+        ..EngineConfig::new(Arc::new(store.clone()))
+    })
+    .expect("the engine configuration is valid");
     let report = second
         .recover(RecoverOptions::default())
         .await

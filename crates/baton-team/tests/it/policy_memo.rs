@@ -6,9 +6,10 @@
 use std::cell::RefCell;
 use std::sync::{Arc, Barrier};
 
+use baton_run::program::{Definition, Descriptor, Schema, StepError, Transition};
 use baton_run::{
-    ChildKey, Definition, Descriptor, Failure, FailureKind, Meters, Name, Payload, ProcessId,
-    Schema, Settlement, StartId, StepError, Termination, Transition,
+    ChildKey, Failure, FailureKind, Meters, Name, Payload, ProcessId, Settlement, StartId,
+    Termination,
 };
 use baton_team::{
     Control, ControlReceipt, Decision, Mode, Policy, PolicyConfig, Task, TaskRequest, Turn,

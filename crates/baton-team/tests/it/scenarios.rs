@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use crate::common::*;
 use baton_run::log::RecordKind;
+use baton_run::program::ChildSignal;
 use baton_run::{
-    Capabilities, Cause, ChildSignal, FailureKind, MemoryStore, Name, Payload, Quota,
-    RecoverOptions, Scope, SignalId, SignalRequest, Status, WaitId,
+    Capabilities, Cause, FailureKind, MemoryStore, Name, Payload, Quota, RecoverOptions, Scope,
+    SignalId, SignalRequest, Status, WaitId,
 };
 use baton_team::{Binding, Control, Decision, Mode, TaskRequest, compile};
 use baton_testkit::{Cut, FaultStore};
@@ -256,7 +257,8 @@ async fn outcome_during_a_turn(crash: bool) {
     let handle = first
         .start(&team, request("during", "go".to_owned()))
         .await
-        .expect("starts");
+        .expect("starts")
+        .into_handle();
     // Turn 1 decides at once; turn 2's coordinator pauses.
     let turn2 = handle.child::<Value>(&key("team.turn.2"));
     let pause = open_wait(&turn2).await;

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use baton_run::Schema;
+use baton_run::program::Schema;
 use baton_team::{Control, ControlReceipt, Decision, Mode, Task, TaskRequest, Turn};
 
 fn check(name: &str, schema: Schema) {

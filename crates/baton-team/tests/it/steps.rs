@@ -5,10 +5,13 @@
 use std::sync::Arc;
 
 use crate::common::*;
+use baton_run::program::{
+    ChildOutcome, ChildSignal, Definition, Effect, ExecutionState, Schema, Signal, SignalBody,
+    Transition,
+};
 use baton_run::{
-    ChildKey, ChildOutcome, ChildSignal, Definition, Effect, EffectId, ExecutionState, Failure,
-    Payload, ProcessId, Program, Quota, Schema, Settlement, Signal, SignalBody, SignalId, StartId,
-    Termination, Transition,
+    ChildKey, EffectId, Failure, Payload, ProcessId, Program, Quota, Settlement, SignalId, StartId,
+    Termination,
 };
 use baton_team::{Binding, Config, Control, Decision, Mode, TaskRequest, compile};
 use baton_testkit::{ConformanceCase, definition_conformance};
@@ -94,38 +97,42 @@ fn receipt(key_text: &str) -> Signal {
 }
 
 fn worker_program(name: &str, input: Schema) -> Program {
-    Program::new(baton_run::ProgramConfig {
+    Program::new(baton_run::program::ProgramConfig {
         definition: Arc::new(Plain(
-            baton_run::Descriptor::new(name, "A worker.", input, Schema::any()).expect("valid"),
+            baton_run::program::Descriptor::new(name, "A worker.", input, Schema::any())
+                .expect("valid"),
         )),
         dispatcher: None,
-        implementation: baton_run::implementation_digest("steps", "1"),
-        configuration: baton_run::configuration_digest(&name).expect("encodes"),
+        implementation: baton_run::program::implementation_digest("steps", "1"),
+        configuration: baton_run::program::configuration_digest(&name).expect("encodes"),
     })
 }
 
 /// A descriptor-only worker (these tests never run workers).
-struct Plain(baton_run::Descriptor);
+struct Plain(baton_run::program::Descriptor);
 
 impl Definition for Plain {
-    fn descriptor(&self) -> &baton_run::Descriptor {
+    fn descriptor(&self) -> &baton_run::program::Descriptor {
         &self.0
     }
-    fn start(&self, _: &Payload) -> Result<Box<dyn baton_run::Execution>, baton_run::StepError> {
-        Err(baton_run::StepError::other("not run"))
+    fn start(
+        &self,
+        _: &Payload,
+    ) -> Result<Box<dyn baton_run::program::Execution>, baton_run::program::StepError> {
+        Err(baton_run::program::StepError::other("not run"))
     }
     fn restore(
         &self,
         _: &ExecutionState,
-    ) -> Result<Box<dyn baton_run::Execution>, baton_run::StepError> {
-        Err(baton_run::StepError::other("not run"))
+    ) -> Result<Box<dyn baton_run::program::Execution>, baton_run::program::StepError> {
+        Err(baton_run::program::StepError::other("not run"))
     }
 }
 
 /// A team over state `u32` and output `String` with workers `w.num`
 /// (integer input) and `w.text` (string input).
 /// Turn 1 decides `continue` with task `a`, which starts.
-fn start_task_a(run: &mut dyn baton_run::Execution) {
+fn start_task_a(run: &mut dyn baton_run::program::Execution) {
     let first = Decision::new(Mode::Continue, payload(json!(7))).with_task(request_of(
         "a",
         "w.num",
@@ -651,8 +658,8 @@ fn effects_of(transition: &Transition) -> &[Effect] {
 /// every step, so every intermediate state is held to restore's rules.
 fn round_trip(
     definition: &dyn Definition,
-    run: &dyn baton_run::Execution,
-) -> Box<dyn baton_run::Execution> {
+    run: &dyn baton_run::program::Execution,
+) -> Box<dyn baton_run::program::Execution> {
     let state = run.snapshot().expect("snapshots");
     let restored = definition.restore(&state).expect("restores");
     assert_eq!(restored.snapshot().expect("snapshots"), state);

@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
+use baton_run::dispatch::ReplayPolicy;
 use baton_run::log::RecordKind;
+use baton_run::store::{ListFilter, TreeStatus};
 use baton_run::{
-    Engine, EngineConfig, ListFilter, Payload, RecoverOptions, ReplayPolicy, RuntimeError,
-    Settlement, SignalError, SignalId, SignalReceipt, SignalRequest, Sleep, Status, TreeId,
-    TreeStatus,
+    Engine, EngineConfig, Payload, RecoverOptions, RuntimeError, Settlement, SignalError, SignalId,
+    SignalReceipt, SignalRequest, Sleep, Status, TreeId,
 };
 use serde_json::{Value, json};
 
@@ -43,7 +44,8 @@ pub(super) async fn a_fresh_engine_recovers_a_tree_from_a_dropped_engine_unless_
             .collect::<Vec<_>>()
     };
     let before = stored().await;
-    let bare = Engine::new(EngineConfig::with_store(store.clone()));
+    let bare =
+        Engine::new(EngineConfig::new(store.clone())).expect("the engine configuration is valid");
     let report = bare
         .recover(RecoverOptions::default())
         .await
@@ -226,9 +228,12 @@ pub(super) async fn a_tree_recovers_from_its_latest_snapshot_and_the_records_aft
 ) {
     let ask = program(Kind::Ask, None);
     let store = fresh();
-    let mut config = EngineConfig::with_store(store.clone()).program(&ask);
+    let mut config = EngineConfig {
+        programs: vec![ask.erase()],
+        ..EngineConfig::new(store.clone())
+    };
     config.snapshot_every = 2;
-    let first = Engine::new(config);
+    let first = Engine::new(config).expect("the engine configuration is valid");
     let handle = first
         .start(&ask, request("snap", "q"))
         .await
@@ -327,9 +332,12 @@ pub(super) async fn a_sleeping_tree_whose_log_moved_wakes_stopped_in_every_sleep
     for (index, sleep) in [Sleep::Packed, Sleep::Unloaded].into_iter().enumerate() {
         let ask = program(Kind::Ask, None);
         let store = fresh();
-        let mut config = EngineConfig::with_store(store.clone()).program(&ask);
+        let mut config = EngineConfig {
+            programs: vec![ask.erase()],
+            ..EngineConfig::new(store.clone())
+        };
         config.sleep = sleep;
-        let old = Engine::new(config);
+        let old = Engine::new(config).expect("the engine configuration is valid");
         let handle = old
             .start(&ask, request(&format!("moved-{index}"), "q"))
             .await

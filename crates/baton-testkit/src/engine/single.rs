@@ -5,11 +5,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_run::log::RecordKind;
+use baton_run::dispatch::ReplayPolicy;
+use baton_run::log::{RecordKind, Snapshot};
+use baton_run::store::{
+    AcquireRequest, Acquired, Append, AppendOutcome, ListFilter, Store, StoreError, TreeLoad,
+    TreeMeta,
+};
 use baton_run::{
-    Budget, Cause, ControlError, Engine, EngineConfig, EventKind, FailureKind, ManualClock, Name,
-    Payload, ProcessId, ReplayPolicy, Settlement, SignalError, SignalId, SignalReceipt,
-    SignalRequest, StartError, StartRequest, Status, Timestamp, TreeLimits,
+    BoxFuture, Budget, Cause, ControlError, Engine, EngineConfig, EventKind, FailureKind,
+    ManualClock, Name, Payload, ProcessId, Settlement, SignalError, SignalId, SignalReceipt,
+    SignalRequest, StartError, StartRequest, Status, Timestamp, TreeId, TreeLimits, Visibility,
 };
 use serde_json::{Value, json};
 
@@ -282,7 +287,8 @@ pub(super) async fn a_panicking_step_fails_with_kind_panic_and_other_trees_keep_
 pub(super) async fn starting_the_same_id_is_idempotent_and_scopes_are_enforced(fresh: &Fresh<'_>) {
     let program = program(Kind::Ask, None);
     let other = crate::programs::program(Kind::Loop, None);
-    let engine = engine(fresh(), &[&program]);
+    let unregistered = crate::programs::program(Kind::Echo, None);
+    let engine = engine(fresh(), &[&program, &other]);
     let first = engine
         .start(&program, request("job", "q"))
         .await
@@ -292,6 +298,13 @@ pub(super) async fn starting_the_same_id_is_idempotent_and_scopes_are_enforced(f
         .await
         .expect("starts again");
     assert_eq!(first.id(), second.id());
+    assert!(first.is_new(), "the first start makes the tree");
+    assert!(!second.is_new(), "the second start finds it");
+    let refused = engine
+        .start(&unregistered, request("job-2", "q"))
+        .await
+        .expect_err("an unregistered program is refused");
+    assert_eq!(refused.code(), "engine.program.unregistered");
     let conflict = engine
         .start(&program, request("job", "other input"))
         .await
@@ -321,7 +334,7 @@ pub(super) async fn starting_the_same_id_is_idempotent_and_scopes_are_enforced(f
     assert_eq!(error.code(), "engine.scope.mismatch");
     assert_eq!(
         engine
-            .inspect(&stranger, first.id(), false)
+            .inspect(&stranger, first.id(), Visibility::Public)
             .await
             .expect_err("wrong scope")
             .code(),
@@ -343,7 +356,7 @@ pub(super) async fn starting_the_same_id_is_idempotent_and_scopes_are_enforced(f
     let missing = ProcessId::root(&start_id("typed"));
     assert_eq!(
         engine
-            .inspect(&scope(), missing, false)
+            .inspect(&scope(), missing, Visibility::Public)
             .await
             .expect_err("absent")
             .code(),
@@ -356,11 +369,12 @@ pub(super) async fn a_host_deadline_times_the_tree_out_and_beats_a_racing_answer
 ) {
     let clock = ManualClock::new(Timestamp(1_000));
     let program = program(Kind::Ask, None);
-    let engine = Engine::new(
-        EngineConfig::with_store(fresh())
-            .program(&program)
-            .clock(clock.clone()),
-    );
+    let engine = Engine::new(EngineConfig {
+        programs: vec![program.erase()],
+        clock: Arc::new(clock.clone()),
+        ..EngineConfig::new(fresh())
+    })
+    .expect("the engine configuration is valid");
     let mut start = StartRequest::new(start_id("deadline"), "q".to_string());
     start.deadline = Some(Timestamp(5_000));
     let handle = engine
@@ -449,12 +463,15 @@ pub(super) async fn tree_limits_fail_definitely_and_a_tree_over_its_history_is_c
 ) {
     // Pending signals: the second unconsumed note is refused, the process is unharmed.
     let ask = program(Kind::Ask, None);
-    let mut config = EngineConfig::with_store(fresh()).program(&ask);
+    let mut config = EngineConfig {
+        programs: vec![ask.erase()],
+        ..EngineConfig::new(fresh())
+    };
     config.limits = TreeLimits {
         max_pending_signals: 2,
         ..TreeLimits::default()
     };
-    let engine = Engine::new(config);
+    let engine = Engine::new(config).expect("the engine configuration is valid");
     let handle = engine
         .start(&ask, request("mailbox", "q"))
         .await
@@ -476,12 +493,15 @@ pub(super) async fn tree_limits_fail_definitely_and_a_tree_over_its_history_is_c
 
     // State bytes: an initial state over the limit refuses the start; a
     // state that grows over it fails the process.
-    let mut config = EngineConfig::with_store(fresh()).program(&ask);
+    let mut config = EngineConfig {
+        programs: vec![ask.erase()],
+        ..EngineConfig::new(fresh())
+    };
     config.limits = TreeLimits {
         max_state_bytes: 100,
         ..TreeLimits::default()
     };
-    let engine = Engine::new(config);
+    let engine = Engine::new(config).expect("the engine configuration is valid");
     let refused = engine
         .start(&ask, request("too-big", "x".repeat(300)))
         .await
@@ -499,12 +519,15 @@ pub(super) async fn tree_limits_fail_definitely_and_a_tree_over_its_history_is_c
     );
 
     // History: a tree whose log outgrows its limit is closed, not wedged.
-    let mut config = EngineConfig::with_store(fresh()).program(&ask);
+    let mut config = EngineConfig {
+        programs: vec![ask.erase()],
+        ..EngineConfig::new(fresh())
+    };
     config.limits = TreeLimits {
         max_history_bytes: 3_000,
         ..TreeLimits::default()
     };
-    let engine = Engine::new(config);
+    let engine = Engine::new(config).expect("the engine configuration is valid");
     let handle = engine
         .start(&ask, request("history", "q"))
         .await
@@ -529,4 +552,89 @@ pub(super) async fn tree_limits_fail_definitely_and_a_tree_over_its_history_is_c
         ended.failure().expect("failure").code(),
         "engine.limit.history"
     );
+}
+
+/// A store whose lease on a tree is taken over by another writer (`usurper`)
+/// just before the first append of that tree reaches it, as a second engine
+/// racing a start would.
+struct Usurped {
+    inner: Arc<dyn Store>,
+}
+
+impl Store for Usurped {
+    fn acquire(&self, request: AcquireRequest) -> BoxFuture<'_, Result<Acquired, StoreError>> {
+        self.inner.acquire(request)
+    }
+
+    fn load(&self, tree: TreeId) -> BoxFuture<'_, Result<TreeLoad, StoreError>> {
+        self.inner.load(tree)
+    }
+
+    fn append(&self, batch: Vec<Append>) -> BoxFuture<'_, Result<Vec<AppendOutcome>, StoreError>> {
+        Box::pin(async move {
+            for append in batch
+                .iter()
+                .filter(|a| a.records.first().is_some_and(|r| r.seq == 1))
+            {
+                let takeover = AcquireRequest {
+                    tree: append.tree,
+                    owner: "usurper".into(),
+                    now: Timestamp(0),
+                    ttl: Duration::from_secs(3600),
+                    force: true,
+                };
+                self.inner.acquire(takeover).await?;
+            }
+            self.inner.append(batch).await
+        })
+    }
+
+    fn write_snapshot(
+        &self,
+        tree: TreeId,
+        token: u64,
+        snapshot: Snapshot,
+    ) -> BoxFuture<'_, Result<AppendOutcome, StoreError>> {
+        self.inner.write_snapshot(tree, token, snapshot)
+    }
+
+    fn renew(
+        &self,
+        tree: TreeId,
+        token: u64,
+        until: Timestamp,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        self.inner.renew(tree, token, until)
+    }
+
+    fn release(&self, tree: TreeId, token: u64) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.inner.release(tree, token)
+    }
+
+    fn list(&self, filter: ListFilter) -> BoxFuture<'_, Result<Vec<TreeMeta>, StoreError>> {
+        self.inner.list(filter)
+    }
+}
+
+pub(super) async fn a_start_whose_lease_is_taken_over_before_its_first_record_is_fenced_and_writes_nothing(
+    fresh: &Fresh<'_>,
+) {
+    let program = program(Kind::Echo, None);
+    let store = fresh();
+    let usurped: Arc<dyn Store> = Arc::new(Usurped {
+        inner: store.clone(),
+    });
+    let engine = engine(usurped, &[&program]);
+    let error = engine
+        .start(&program, request("raced", "q"))
+        .await
+        .expect_err("the start lost its lease");
+    let tree = ProcessId::root(&start_id("raced"));
+    assert!(
+        matches!(error, StartError::Fenced { tree: fenced } if fenced == tree),
+        "{error:?}"
+    );
+    assert_eq!(error.code(), "engine.tree.incarnation_conflict");
+    let load = store.load(tree).await.expect("loads");
+    assert!(!load.exists(), "a fenced start writes nothing");
 }

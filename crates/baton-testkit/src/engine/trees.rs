@@ -4,12 +4,14 @@
 
 use std::sync::Arc;
 
+use baton_run::dispatch::ReplayPolicy;
 use baton_run::log::RecordKind;
+use baton_run::program::{Boundary, Condition};
+use baton_run::store::{Store, TreeStatus};
 use baton_run::{
-    Boundary, Budget, Capabilities, Cause, ChildKey, Condition, Dimension, Engine, EngineConfig,
-    EventKind, ManualClock, Name, Payload, ProcessId, Program, RecoverOptions, ReplayPolicy,
-    Settlement, SignalId, SignalRequest, StartRequest, Status, Store, Timestamp, TreeLimits,
-    TreeStatus, TreeView,
+    Budget, Capabilities, Cause, ChildKey, Dimension, Engine, EngineConfig, EventKind, ManualClock,
+    Name, Payload, ProcessId, Program, RecoverOptions, Settlement, SignalId, SignalRequest,
+    StartRequest, Status, Timestamp, TreeLimits, TreeView, Visibility,
 };
 use serde_json::{Value, json};
 
@@ -26,7 +28,11 @@ fn keys(names: &[&str]) -> Vec<String> {
 }
 
 fn engine_for(store: Arc<dyn Store>, program: &Program<Vec<String>, Value>) -> Engine {
-    Engine::new(EngineConfig::with_store(store).program(program))
+    Engine::new(EngineConfig {
+        programs: vec![program.erase()],
+        ..EngineConfig::new(store)
+    })
+    .expect("the engine configuration is valid")
 }
 
 fn start(key_text: &str, input: Vec<String>, budget: Budget) -> StartRequest<Vec<String>> {
@@ -178,10 +184,13 @@ pub(super) async fn a_round_of_children_larger_than_a_commit_still_settles_its_w
     let mut any = Plan::new(Boundary::Result, Condition::Any);
     any.cancel_rest = true;
     let root = parent(any, &echo);
-    let mut config = EngineConfig::with_store(fresh()).program(&root);
+    let mut config = EngineConfig {
+        programs: vec![root.erase()],
+        ..EngineConfig::new(fresh())
+    };
     // Twelve children step over several commits of three steps each.
     config.max_steps_per_commit = 3;
-    let engine = Engine::new(config);
+    let engine = Engine::new(config).expect("the engine configuration is valid");
     let names: Vec<String> = (0..12).map(|n| format!("c{n:02}")).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let handle = engine
@@ -294,12 +303,15 @@ pub(super) async fn refused_starts_are_facts_for_the_parent(fresh: &Fresh<'_>) {
         Plan::new(Boundary::Result, Condition::All),
         &program(Kind::Echo, None),
     );
-    let mut config = EngineConfig::with_store(fresh()).program(&root);
+    let mut config = EngineConfig {
+        programs: vec![root.erase()],
+        ..EngineConfig::new(fresh())
+    };
     config.limits = TreeLimits {
         max_active_children: 1,
         ..TreeLimits::default()
     };
-    let engine = Engine::new(config);
+    let engine = Engine::new(config).expect("the engine configuration is valid");
     let handle = engine
         .start(
             &root,
@@ -449,13 +461,19 @@ pub(super) async fn a_parked_child_shows_as_needs_attention_and_resolving_it_con
         .await
         .expect("recovers");
     let scope = scope();
-    let mut view = second.inspect(&scope, tree, false).await.expect("inspects");
+    let mut view = second
+        .inspect(&scope, tree, Visibility::Public)
+        .await
+        .expect("inspects");
     for _ in 0..1000 {
         if view.status == TreeStatus::NeedsAttention {
             break;
         }
         tokio::task::yield_now().await;
-        view = second.inspect(&scope, tree, false).await.expect("inspects");
+        view = second
+            .inspect(&scope, tree, Visibility::Public)
+            .await
+            .expect("inspects");
     }
     assert_eq!(view.status, TreeStatus::NeedsAttention);
     let child = view.process(child_id(&view, "w")).expect("child");
@@ -515,11 +533,12 @@ pub(super) async fn a_host_deadline_times_out_the_whole_subtree(fresh: &Fresh<'_
     let clock = ManualClock::new(Timestamp(0));
     let ask = program(Kind::Ask, None);
     let root = parent(Plan::new(Boundary::Result, Condition::All), &ask);
-    let engine = Engine::new(
-        EngineConfig::with_store(fresh())
-            .program(&root)
-            .clock(clock.clone()),
-    );
+    let engine = Engine::new(EngineConfig {
+        programs: vec![root.erase()],
+        clock: Arc::new(clock.clone()),
+        ..EngineConfig::new(fresh())
+    })
+    .expect("the engine configuration is valid");
     let mut request = start("deadline", keys(&["a"]), Budget::unlimited());
     request.deadline = Some(Timestamp(1_000));
     let handle = engine.start(&root, request).await.expect("starts");

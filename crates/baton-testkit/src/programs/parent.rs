@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 
-use baton_run::{
-    Boundary, Budget, Capabilities, ChildKey, ChildSignal, Condition, Definition, Descriptor,
-    Effect, Execution, ExecutionState, Payload, Program, ProgramConfig, Schema, Settlement, Signal,
-    SignalBody, SignalId, Status, StepError, Transition, configuration_digest,
+use baton_run::program::{
+    Boundary, ChildSignal, Condition, Definition, Descriptor, Effect, Execution, ExecutionState,
+    ProgramConfig, Schema, Signal, SignalBody, StepError, Transition, configuration_digest,
     implementation_digest,
 };
+use baton_run::{Budget, Capabilities, ChildKey, Payload, Program, Settlement, SignalId, Status};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 

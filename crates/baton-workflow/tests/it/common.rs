@@ -2,11 +2,13 @@
 
 use std::sync::Arc;
 
+use baton_run::program::{
+    Definition, Descriptor, Effect, Execution, ExecutionState, ProgramConfig, Schema, Signal,
+    SignalBody, StepError, Transition, configuration_digest, implementation_digest,
+};
 use baton_run::{
-    ChildKey, Definition, Descriptor, Effect, Engine, EngineConfig, Event, EventKind, Execution,
-    ExecutionState, Failure, MemoryStore, Payload, ProcessHandle, ProcessId, Program,
-    ProgramConfig, Schema, Signal, SignalBody, SignalId, SignalRequest, StartId, StartRequest,
-    Status, StepError, Transition, WaitId, configuration_digest, implementation_digest,
+    ChildKey, Engine, EngineConfig, Event, EventKind, Failure, MemoryStore, Payload, ProcessHandle,
+    ProcessId, Program, SignalId, SignalRequest, StartId, StartRequest, Status, WaitId,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -143,7 +145,11 @@ pub fn key(text: &str) -> ChildKey {
 }
 
 pub fn engine<I, O>(program: &Program<I, O>) -> Engine {
-    Engine::new(EngineConfig::new(MemoryStore::new()).program(program))
+    Engine::new(EngineConfig {
+        programs: vec![program.erase()],
+        ..EngineConfig::new(Arc::new(MemoryStore::new()))
+    })
+    .expect("the engine configuration is valid")
 }
 
 pub fn request<I>(key: &str, input: I) -> StartRequest<I> {

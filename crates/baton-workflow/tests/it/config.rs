@@ -2,7 +2,8 @@
 //! program identity follows every configuration field.
 
 use crate::common::{Op, child};
-use baton_run::{Budget, Definition};
+use baton_run::Budget;
+use baton_run::program::Definition;
 use baton_workflow::{
     Child, Config, ConfigError, MAX_ID_LEN, Stage, Workflow, call, fork, loop_until, map, switch,
     transform,

@@ -1,9 +1,9 @@
 //! Every workflow shape passes the kernel's definition conformance suite.
 
 use crate::common::{Op, child};
+use baton_run::program::{ChildOutcome, Definition, Signal, SignalBody};
 use baton_run::{
-    ChildKey, ChildOutcome, Definition, EffectId, Failure, Payload, ProcessId, Settlement, Signal,
-    SignalBody, SignalId, StartId, Termination,
+    ChildKey, EffectId, Failure, Payload, ProcessId, Settlement, SignalId, StartId, Termination,
 };
 use baton_testkit::{ConformanceCase, definition_conformance};
 use baton_workflow::{
