@@ -94,7 +94,7 @@ impl BenchStore {
             },
             StoreKind::Sqlite => {
                 let dir = TempDir::new()?;
-                let store = SqliteStore::open(dir.database())?;
+                let store = SqliteStore::create(dir.database())?;
                 BenchStore {
                     kind,
                     backend: Backend::Sqlite(store),
@@ -143,7 +143,7 @@ impl BenchStore {
     pub async fn bytes_written(&self) -> Result<u64> {
         match &self.backend {
             Backend::Memory(store) => {
-                let trees = store.list(ListFilter::default()).await?;
+                let trees = store.list(ListFilter::default()).await?.trees;
                 Ok(trees
                     .iter()
                     .flat_map(|meta| store.records(meta.tree))

@@ -16,7 +16,7 @@ use anyhow::{Context, Result, bail};
 use baton::run::store::{ListFilter, Store, TreeStatus};
 use baton::run::{
     EffectId, Engine, EngineConfig, Payload, ProcessId, RecoverOptions, Scope, Settlement,
-    SignalId, SignalReceipt, SignalRequest, TreeView, Visibility, WaitId,
+    SignalError, SignalReceipt, TreeView, Visibility, WaitId,
 };
 use baton::store::sqlite::SqliteStore;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -150,7 +150,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// Opens the store; every command but `demo` requires it to exist already.
+/// Opens the store; every command but `demo` requires it to exist already
+/// (commands that only read never create one).
 fn open(path: &Path, create: bool) -> Result<SqliteStore> {
     if !create && !path.exists() {
         bail!(
@@ -158,7 +159,12 @@ fn open(path: &Path, create: bool) -> Result<SqliteStore> {
             path.display()
         );
     }
-    SqliteStore::open(path).with_context(|| format!("cannot open the store {}", path.display()))
+    let opened = if create {
+        SqliteStore::open_or_create(path)
+    } else {
+        SqliteStore::open(path)
+    };
+    opened.with_context(|| format!("cannot open the store {}", path.display()))
 }
 
 fn engine(store: &SqliteStore) -> Result<Engine> {
@@ -197,7 +203,14 @@ async fn run(cli: Cli) -> Result<()> {
                     .transpose()
                     .context("invalid --tenant")?,
             };
-            let trees = store.list(filter).await?;
+            let listing = store.list(filter).await?;
+            for row in &listing.unreadable {
+                eprintln!(
+                    "warning: tree row {} does not read back: {}",
+                    row.id, row.error
+                );
+            }
+            let trees = listing.trees;
             print!("{}", render::ps(&trees, cli.json));
             Ok(())
         }
@@ -213,20 +226,18 @@ async fn run(cli: Cli) -> Result<()> {
             let store = open(&cli.store, false)?;
             let tree = tree_id(&id)?;
             let engine = engine(&store)?;
-            // Scope check (and existence) before printing anything.
-            engine.inspect(&scope, tree, Visibility::Public).await?;
+            // Scope check (and existence) before printing anything; a
+            // verification reports damage with its record number.
+            let checked = if verify {
+                Some(engine.verify(&scope, tree).await?)
+            } else {
+                engine.inspect(&scope, tree, Visibility::Public).await?;
+                None
+            };
             let records = store.records(tree).await?;
             print!("{}", render::log(&records, cli.json));
-            if verify {
-                let head = engine.verify(&scope, tree).await?;
-                if cli.json {
-                    println!(
-                        "{}",
-                        serde_json::json!({ "verified": true, "head_seq": head })
-                    );
-                } else {
-                    println!("log verified: {head} records, hash chain intact");
-                }
+            if let Some(checked) = checked {
+                println!("{}", render::verification(&checked, cli.json));
             }
             Ok(())
         }
@@ -293,6 +304,7 @@ async fn run(cli: Cli) -> Result<()> {
             let scopes: std::collections::BTreeMap<ProcessId, Scope> = store
                 .list(ListFilter::default())
                 .await?
+                .trees
                 .into_iter()
                 .map(|meta| (meta.tree, meta.scope))
                 .collect();
@@ -311,61 +323,24 @@ async fn answer(
     payload: Payload,
     json: bool,
 ) -> Result<()> {
-    let view = engine.inspect(scope, tree, Visibility::Public).await?;
-    let owner = view
-        .processes
-        .iter()
-        .find(|p| p.open_waits.iter().any(|w| w.id == wait))
-        .map(|p| p.id);
-    let Some(owner) = owner else {
-        bail!("tree {tree} has no open wait {wait} (it may be answered already)");
+    // The engine routes the answer to the process that opened the wait;
+    // its signal id is derived from the wait, so answering twice is a no-op.
+    let receipt = match engine.answer(scope, tree, wait, payload).await {
+        Ok(receipt) => receipt,
+        Err(SignalError::WaitClosed { .. } | SignalError::Conflict { .. }) => {
+            bail!("wait {wait} of tree {tree} was already answered with another answer")
+        }
+        Err(SignalError::UnknownWait { .. }) => {
+            bail!("tree {tree} has no wait {wait} (see `baton inspect {tree}` for its open waits)")
+        }
+        Err(error) => return Err(error.into()),
     };
-    let root = engine.process::<Payload>(scope, tree).await?;
-    let handle = if owner == tree {
-        root
-    } else {
-        let key = view
-            .process(owner)
-            .and_then(|p| p.key.clone())
-            .context("the waiting process has no key")?;
-        // Only direct children of the root carry waits in the demo programs;
-        // deeper waits are reached by walking the path.
-        path_handle(&view, &root, owner, key)?
-    };
-    // The signal id is derived from the wait, so answering twice is a no-op.
-    let request = SignalRequest {
-        id: SignalId::new(format!("answer.{wait}")).context("signal id")?,
-        wait: Some(wait),
-        payload,
-    };
-    let receipt = handle.signal(request).await?;
     if receipt == SignalReceipt::Duplicate && !json {
         println!("(this answer was already delivered)");
     }
     let view = settle(engine, scope, tree).await?;
     print!("{}", render::outcome(&view, json));
     Ok(())
-}
-
-/// A handle on a process somewhere under the root, following parent links.
-fn path_handle(
-    view: &TreeView,
-    root: &baton::run::ProcessHandle,
-    target: ProcessId,
-    key: baton::run::ChildKey,
-) -> Result<baton::run::ProcessHandle> {
-    let mut keys = vec![key];
-    let mut current = view.process(target).and_then(|p| p.parent);
-    while let Some(parent) = current.filter(|p| *p != root.id()) {
-        let process = view.process(parent).context("broken parent link")?;
-        keys.push(process.key.clone().context("a child without a key")?);
-        current = process.parent;
-    }
-    let mut handle = root.clone();
-    for key in keys.iter().rev() {
-        handle = handle.child(key);
-    }
-    Ok(handle)
 }
 
 /// Drives a tree until it is no longer running (done, waiting or parked),

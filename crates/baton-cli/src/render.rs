@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use baton::run::log::Record;
 use baton::run::store::TreeMeta;
-use baton::run::{Dimension, ProcessView, Quota, TreeView};
+use baton::run::{Dimension, ProcessView, Quota, TreeView, Verification};
 use serde_json::{Value, json};
 
 /// `baton ps`.
@@ -164,6 +164,39 @@ pub fn log(records: &[Record], as_json: bool) -> String {
 }
 
 /// The result of driving a tree: its output when done, else its state.
+/// What `log --verify` checked, as one line.
+pub fn verification(checked: &Verification, as_json: bool) -> String {
+    if as_json {
+        return json!({
+            "verified": true,
+            "first": checked.first,
+            "head_seq": checked.head_seq,
+            "head": checked.head.to_string(),
+            "from_snapshot": checked.from_snapshot,
+            "snapshot_matched": checked.snapshot_matched,
+            "head_recorded": checked.head_recorded,
+        })
+        .to_string();
+    }
+    let mut line = format!(
+        "log verified: records {} to {}, hash chain intact",
+        checked.first, checked.head_seq
+    );
+    match (checked.from_snapshot, checked.snapshot_matched) {
+        (Some(snapshot), _) => line.push_str(&format!(
+            "; checked from the snapshot at record {snapshot} (the records before it were compacted, so the snapshot is taken as written)"
+        )),
+        (None, Some(snapshot)) => line.push_str(&format!(
+            "; the snapshot at record {snapshot} matches the log"
+        )),
+        (None, None) => {}
+    }
+    if checked.head_recorded {
+        line.push_str("; the store's recorded head matches");
+    }
+    line
+}
+
 pub fn outcome(view: &TreeView, as_json: bool) -> String {
     let root = view.root();
     match (&root.termination, as_json) {

@@ -158,7 +158,20 @@ fn pause_then_answer_in_another_process_completes_with_the_answer() {
         dir.json_lines(&["ps", "--status", "done", "--json"]).len(),
         1
     );
-    assert!(dir.ok(&["log", tree, "--verify"]).contains("log verified"));
+    // The acknowledgement was lost; the operator answers again: the same
+    // answer is a duplicate, another one is refused.
+    let again = dir.ok(&["answer", tree, "--wait", wait, "\"ship it\""]);
+    assert!(
+        again.starts_with("(this answer was already delivered)"),
+        "{again}"
+    );
+    let other = dir.fails(&["answer", tree, "--wait", wait, "\"roll back\""]);
+    assert!(other.contains("already answered"), "{other}");
+    let verified = dir.ok(&["log", tree, "--verify"]);
+    assert!(
+        verified.contains("log verified: records 1 to "),
+        "{verified}"
+    );
 }
 
 #[test]
@@ -285,7 +298,7 @@ fn bad_input_fails_with_one_clear_line_and_changes_nothing() {
     let after = dir.head_seq(tree);
     assert!(
         dir.fails(&["answer", tree, "--wait", wait, "\"again\""])
-            .contains("no open wait")
+            .contains("already answered")
     );
     assert_eq!(
         dir.head_seq(tree),

@@ -34,7 +34,7 @@ pub async fn run() -> Result<Vec<String>, Box<dyn Error>> {
     let pipeline = pipeline()?;
     let dir = std::env::temp_dir().join(format!("baton-pipeline-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let store = SqliteStore::open(dir.join("pipeline.db"))?;
+    let store = SqliteStore::open_or_create(dir.join("pipeline.db"))?;
     let engine = Engine::new(EngineConfig {
         programs: vec![pipeline.erase()],
         ..EngineConfig::new(Arc::new(store))

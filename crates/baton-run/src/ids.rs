@@ -187,7 +187,7 @@ text_id!(
     /// Identity of a signal. Host-supplied ids are caller-stable text; ids the
     /// engine mints for its own signals start with the reserved prefix
     /// `engine:`, which `new` refuses.
-    SignalId, "signal id", check_host_signal, check_identity, 128
+    SignalId, "signal id", check_host_signal, check_host_signal, 128
 );
 text_id!(
     /// The tenant scope of a root (tenant, optionally `tenant/user` or
@@ -207,6 +207,18 @@ impl SignalId {
         text.push_str(Self::ENGINE_PREFIX);
         text.push_str(effect.as_str());
         SignalId(text.into())
+    }
+
+    /// Reads a stored signal id, engine-minted ones included: the kernel's
+    /// own records and states hold result signals under the reserved
+    /// prefix. Every other way in (`new`, `from_str`, deserialization)
+    /// refuses that prefix, so no host or program can forge one.
+    pub(crate) fn deserialize_stored<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<SignalId, D::Error> {
+        crate::payload::read_str(deserializer, |text| {
+            check_identity("signal id", text).map(|()| SignalId(text.into()))
+        })
     }
 
     /// Whether the engine minted this id.
@@ -408,6 +420,36 @@ mod tests {
         assert!(Scope::new("acme/alice/s1").is_ok());
         assert!(Scope::new("acme//x").is_err());
         assert!(Scope::new("a/b/c/d").is_err());
+    }
+
+    #[test]
+    fn a_reserved_signal_id_is_refused_on_every_way_in_but_the_kernel_s_own_records() {
+        let error = serde_json::from_str::<SignalId>(r#""engine:x""#)
+            .expect_err("serde refuses the reserved prefix");
+        assert!(error.to_string().contains("reserved"), "{error}");
+        assert!("engine:x".parse::<SignalId>().is_err());
+        assert!(serde_json::from_str::<SignalId>(r#""host-1""#).is_ok());
+        // The engine's result signals, as its records and states hold them.
+        let effect = EffectId::new(
+            ProcessId::root(&StartId::new("acme", "job").expect("valid")),
+            0,
+            0,
+        );
+        let minted = SignalId::for_effect(effect);
+        let signal = crate::protocol::Signal {
+            id: minted.clone(),
+            wait: None,
+            body: crate::protocol::SignalBody::Input {
+                payload: crate::payload::Payload::null(),
+            },
+        };
+        let text = serde_json::to_string(&signal).expect("encodes");
+        let back: crate::protocol::Signal = serde_json::from_str(&text).expect("decodes");
+        assert_eq!(back.id, minted);
+        assert!(
+            serde_json::from_str::<SignalId>(&serde_json::to_string(&minted).expect("encodes"))
+                .is_err()
+        );
     }
 
     #[test]

@@ -63,7 +63,7 @@ pub use engine::{
     ConfigError, ControlError, EffectView, Engine, EngineConfig, Event, EventKind, OutputError,
     ProcessHandle, ProcessView, RecoverOptions, RuntimeError, SignalError, SignalReceipt,
     SignalRequest, Sleep, StartError, StartRequest, Started, TreeCapture, TreeError, TreeView,
-    Visibility, WaitView,
+    Verification, Visibility, WaitView,
 };
 pub use failure::{Cause, Failure, FailureKind, Status, Termination};
 pub use ids::{
@@ -109,7 +109,7 @@ pub mod dispatch {
 /// use [`Store::list`](crate::store::Store::list) to list trees.
 pub mod store {
     pub use crate::storage::{
-        AcquireRequest, Acquired, Append, AppendOutcome, ErrorSource, Lease, ListFilter, Store,
-        StoreError, TreeLoad, TreeMeta, TreeStatus,
+        AcquireRequest, Acquired, Append, AppendOutcome, ErrorSource, Lease, ListFilter, Listing,
+        Store, StoreError, TreeLoad, TreeMeta, TreeStatus, UnreadableRow,
     };
 }

@@ -324,6 +324,7 @@ impl Settlement {
 #[serde(deny_unknown_fields)]
 pub struct Signal {
     /// Identity; engine-minted ids start with `engine:`.
+    #[serde(deserialize_with = "SignalId::deserialize_stored")]
     pub id: SignalId,
     /// The wait this signal answers, if addressed.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -108,7 +108,9 @@ pub enum Acquired {
     },
 }
 
-/// A tree as stored: the latest snapshot and the records after it.
+/// A tree as stored: the latest snapshot and the records after it (from
+/// [`Store::load`]), or every record the store keeps (from
+/// [`Store::history`]).
 #[derive(Clone, Debug, Default)]
 pub struct TreeLoad {
     /// Listing metadata, absent for a tree with no records.
@@ -117,6 +119,11 @@ pub struct TreeLoad {
     pub snapshot: Option<Snapshot>,
     /// Records after the snapshot (or from the first record).
     pub records: Vec<Record>,
+    /// The head `(seq, hash)` the store recorded with the tree's last
+    /// append, kept apart from the records so a log that lost its tail
+    /// records is told from a shorter log; `None` when the store keeps no
+    /// such head (the log's own head is then all there is).
+    pub recorded_head: Option<(u64, Digest)>,
 }
 
 impl TreeLoad {
@@ -125,7 +132,7 @@ impl TreeLoad {
         self.snapshot.is_some() || !self.records.is_empty()
     }
 
-    /// The head `(seq, hash)`.
+    /// The head `(seq, hash)` of the records (or snapshot) loaded.
     pub fn head(&self) -> (u64, Digest) {
         match (self.records.last(), &self.snapshot) {
             (Some(record), _) => (record.seq, record.hash),
@@ -307,14 +314,49 @@ pub struct ListFilter {
     pub scope: Option<Scope>,
 }
 
+/// What [`Store::list`] found: the trees it could read, and the rows it
+/// could not, each with its own error, so one damaged row never hides the
+/// other trees.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// Trees with committed records, sorted by tree id.
+    pub trees: Vec<TreeMeta>,
+    /// Rows that do not read back.
+    pub unreadable: Vec<UnreadableRow>,
+}
+
+/// A stored row of a tree that does not read back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnreadableRow {
+    /// The tree, when its id reads back.
+    pub tree: Option<TreeId>,
+    /// The row's id as stored.
+    pub id: String,
+    /// What is wrong with it.
+    pub error: StoreError,
+}
+
 /// Persists logs and snapshots for many trees.
 pub trait Store: Send + Sync + 'static {
     /// Becomes the writer of `tree` (created empty if unknown) and returns
     /// its stored state, or reports the live lease of someone else.
+    ///
+    /// A live lease is never granted twice: a request by the lease's own
+    /// owner without `force` is answered `LeaseHeld` like anyone else's (the
+    /// owner decides whether to force), so a writer cannot fence itself by
+    /// asking twice.
     fn acquire(&self, request: AcquireRequest) -> BoxFuture<'_, Result<Acquired, StoreError>>;
 
     /// Reads a tree without taking a lease (empty if unknown).
     fn load(&self, tree: TreeId) -> BoxFuture<'_, Result<TreeLoad, StoreError>>;
+
+    /// Reads every record the store keeps of a tree, for verification:
+    /// from the first record when the store keeps the whole history, else
+    /// from its latest snapshot (the records that snapshot covers are
+    /// gone). The default reads what [`Store::load`] reads.
+    fn history(&self, tree: TreeId) -> BoxFuture<'_, Result<TreeLoad, StoreError>> {
+        self.load(tree)
+    }
 
     /// Appends to one or more trees; each item is atomic on its own and
     /// answered in order. Durable when this returns.
@@ -339,26 +381,38 @@ pub trait Store: Send + Sync + 'static {
     /// Gives up a lease (no-op if the token is not current).
     fn release(&self, tree: TreeId, token: u64) -> BoxFuture<'_, Result<(), StoreError>>;
 
-    /// Lists trees with committed records, sorted by tree id.
-    fn list(&self, filter: ListFilter) -> BoxFuture<'_, Result<Vec<TreeMeta>, StoreError>>;
+    /// Lists trees with committed records, sorted by tree id; a row that
+    /// does not read back is reported in [`Listing::unreadable`], not as an
+    /// error of the whole listing.
+    fn list(&self, filter: ListFilter) -> BoxFuture<'_, Result<Listing, StoreError>>;
 }
 
-#[derive(Default)]
 struct Entry {
     lease: Option<Lease>,
     last_token: u64,
     meta: Option<TreeMeta>,
     snapshot: Option<Snapshot>,
     records: Vec<Record>,
+    /// The head of the last append, kept apart from the records.
+    head: (u64, Digest),
+}
+
+impl Default for Entry {
+    fn default() -> Entry {
+        Entry {
+            lease: None,
+            last_token: 0,
+            meta: None,
+            snapshot: None,
+            records: Vec::new(),
+            head: (0, Digest::ZERO),
+        }
+    }
 }
 
 impl Entry {
     fn head(&self) -> (u64, Digest) {
-        match (self.records.last(), &self.snapshot) {
-            (Some(record), _) => (record.seq, record.hash),
-            (None, Some(snapshot)) => (snapshot.seq, snapshot.head),
-            (None, None) => (0, Digest::ZERO),
-        }
+        self.head
     }
 
     fn token_is_current(&self, token: u64) -> bool {
@@ -380,6 +434,17 @@ impl Entry {
                 .filter(|record| record.seq > after)
                 .cloned()
                 .collect(),
+            recorded_head: self.meta.as_ref().map(|_| self.head),
+        }
+    }
+
+    /// Every kept record, with the latest snapshot.
+    fn history(&self) -> TreeLoad {
+        TreeLoad {
+            meta: self.meta.clone(),
+            snapshot: self.snapshot.clone(),
+            records: self.records.clone(),
+            recorded_head: self.meta.as_ref().map(|_| self.head),
         }
     }
 
@@ -403,7 +468,9 @@ impl Entry {
             return AppendOutcome::Committed;
         };
         let (head, head_hash) = self.head();
-        let expected = first.seq - 1;
+        let Some(expected) = first.seq.checked_sub(1) else {
+            return AppendOutcome::Conflict { head };
+        };
         if expected < head {
             let offset = self.records.first().map_or(u64::MAX, |r| r.seq);
             let identical = expected + 1 >= offset
@@ -421,6 +488,9 @@ impl Entry {
         }
         if expected > head || first.prev != head_hash {
             return AppendOutcome::Conflict { head };
+        }
+        if let Some(last) = append.records.last() {
+            self.head = (last.seq, last.hash);
         }
         self.records.extend(append.records);
         self.meta = Some(append.meta);
@@ -477,6 +547,33 @@ impl MemoryStore {
         .unwrap_or_default()
     }
 
+    /// Deletes one stored record, as a lost write or a careless hand would.
+    /// For tests of tamper detection. Returns whether the record existed.
+    pub fn drop_record(&self, tree: TreeId, seq: u64) -> bool {
+        self.with(|trees| {
+            let Some(entry) = trees.get_mut(&tree) else {
+                return false;
+            };
+            let before = entry.records.len();
+            entry.records.retain(|record| record.seq != seq);
+            entry.records.len() != before
+        })
+        .unwrap_or(false)
+    }
+
+    /// Rewrites the listing metadata of a tree, as a careless hand would.
+    /// For tests of tamper detection. Returns whether the tree exists.
+    pub fn tamper_meta(&self, tree: TreeId, edit: impl FnOnce(&mut TreeMeta)) -> bool {
+        self.with(|trees| {
+            let Some(meta) = trees.get_mut(&tree).and_then(|e| e.meta.as_mut()) else {
+                return false;
+            };
+            edit(meta);
+            true
+        })
+        .unwrap_or(false)
+    }
+
     /// Rewrites the stored bytes of one record without fixing its hash, as an
     /// attacker or a broken disk would. For tests of tamper detection.
     /// Returns whether the record exists.
@@ -503,7 +600,6 @@ impl Store for MemoryStore {
             let entry = trees.entry(request.tree).or_default();
             if let Some(lease) = &entry.lease
                 && lease.until > request.now
-                && lease.owner != request.owner
                 && !request.force
             {
                 return Acquired::LeaseHeld {
@@ -528,6 +624,11 @@ impl Store for MemoryStore {
 
     fn load(&self, tree: TreeId) -> BoxFuture<'_, Result<TreeLoad, StoreError>> {
         let result = self.with(|trees| trees.get(&tree).map(Entry::load).unwrap_or_default());
+        Box::pin(std::future::ready(result))
+    }
+
+    fn history(&self, tree: TreeId) -> BoxFuture<'_, Result<TreeLoad, StoreError>> {
+        let result = self.with(|trees| trees.get(&tree).map(Entry::history).unwrap_or_default());
         Box::pin(std::future::ready(result))
     }
 
@@ -602,9 +703,9 @@ impl Store for MemoryStore {
         Box::pin(std::future::ready(result))
     }
 
-    fn list(&self, filter: ListFilter) -> BoxFuture<'_, Result<Vec<TreeMeta>, StoreError>> {
-        let result = self.with(|trees| {
-            trees
+    fn list(&self, filter: ListFilter) -> BoxFuture<'_, Result<Listing, StoreError>> {
+        let result = self.with(|trees| Listing {
+            trees: trees
                 .values()
                 .filter_map(|entry| entry.meta.clone())
                 .filter(|meta| filter.status.is_none_or(|status| meta.status == status))
@@ -614,7 +715,8 @@ impl Store for MemoryStore {
                         .as_ref()
                         .is_none_or(|scope| &meta.scope == scope)
                 })
-                .collect()
+                .collect(),
+            unreadable: Vec::new(),
         });
         Box::pin(std::future::ready(result))
     }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use baton_run::log::{Record, RecordKind, Snapshot};
 use baton_run::store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, Lease, ListFilter, StoreError, TreeLoad,
-    TreeMeta, TreeStatus,
+    AcquireRequest, Acquired, Append, AppendOutcome, Lease, ListFilter, Listing, StoreError,
+    TreeLoad, TreeMeta, TreeStatus, UnreadableRow,
 };
 use baton_run::{Digest, Scope, Timestamp, TreeId};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
@@ -233,10 +233,13 @@ fn meta_of(
     }))
 }
 
-/// Reads a tree: metadata, latest snapshot and the records after it.
-pub(crate) fn load(conn: &Connection, tree: TreeId) -> Result<TreeLoad, StoreError> {
+/// Reads a tree: metadata, the head its row records, its latest snapshot
+/// and the records after it (or, with `whole`, every record kept).
+pub(crate) fn load(conn: &Connection, tree: TreeId, whole: bool) -> Result<TreeLoad, StoreError> {
     let row = conn
-        .prepare_cached("SELECT key, scope, status, updated FROM trees WHERE id = ?1")
+        .prepare_cached(
+            "SELECT key, scope, status, updated, head_seq, head_hash FROM trees WHERE id = ?1",
+        )
         .map_err(storage)?
         .query_row([tree.to_string()], |row| {
             Ok((
@@ -244,21 +247,31 @@ pub(crate) fn load(conn: &Connection, tree: TreeId) -> Result<TreeLoad, StoreErr
                 row.get::<_, Option<String>>(1)?,
                 row.get::<_, Option<String>>(2)?,
                 row.get::<_, Option<i64>>(3)?,
+                row.get::<_, i64>(4)?,
+                row.get::<_, Vec<u8>>(5)?,
             ))
         })
         .optional()
         .map_err(storage)?;
-    let Some((key, scope, status, updated)) = row else {
+    let Some((key, scope, status, updated, head_seq, head_hash)) = row else {
         return Ok(TreeLoad::default());
     };
     let meta = meta_of(tree, scope, status, updated)?;
+    let recorded_head = match &meta {
+        Some(_) => Some((uint(head_seq)?, digest(&head_hash)?)),
+        None => None,
+    };
     let snapshot = read_snapshot(conn, tree, key)?;
-    let after = snapshot.as_ref().map_or(0, |s| s.seq);
+    let after = match (&snapshot, whole) {
+        (Some(snapshot), false) => snapshot.seq,
+        _ => 0,
+    };
     let records = read_records(conn, tree, key, after)?;
     Ok(TreeLoad {
         meta,
         snapshot,
         records,
+        recorded_head,
     })
 }
 
@@ -356,8 +369,9 @@ pub(crate) fn history(conn: &Connection, tree: TreeId) -> Result<Vec<Record>, St
     }
 }
 
-/// Lists trees with committed records, sorted by tree id.
-pub(crate) fn list(conn: &Connection, filter: &ListFilter) -> Result<Vec<TreeMeta>, StoreError> {
+/// Lists trees with committed records, sorted by tree id; a row that does
+/// not read back is reported on its own.
+pub(crate) fn list(conn: &Connection, filter: &ListFilter) -> Result<Listing, StoreError> {
     // One statement per filter shape, so each can use its index.
     let (sql, status, scope) = match (&filter.status, &filter.scope) {
         (None, None) => (
@@ -403,19 +417,27 @@ pub(crate) fn list(conn: &Connection, filter: &ListFilter) -> Result<Vec<TreeMet
         .map_err(storage)?
         .collect::<Result<Vec<_>, _>>()
         .map_err(storage)?;
-    let mut metas = Vec::with_capacity(rows.len());
+    let mut listing = Listing::default();
     for (id, scope, status, updated) in rows {
-        let tree: TreeId = id
-            .parse()
-            .map_err(|error: baton_run::IdError| corrupt(error.to_string()))?;
-        if let Some(meta) = meta_of(tree, scope, status, updated)? {
-            metas.push(meta);
+        let tree: Result<TreeId, _> = id.parse();
+        let meta = match &tree {
+            Ok(tree) => meta_of(*tree, scope, status, updated),
+            Err(error) => Err(corrupt(format!("tree id {id:?}: {error}"))),
+        };
+        match meta {
+            Ok(Some(meta)) => listing.trees.push(meta),
+            Ok(None) => {}
+            Err(error) => listing.unreadable.push(UnreadableRow {
+                tree: tree.ok(),
+                id,
+                error,
+            }),
         }
     }
     // Text order of `p_<hex>` ids is byte order; sort anyway so the
     // contract does not hang on that.
-    metas.sort_by_key(|meta| meta.tree);
-    Ok(metas)
+    listing.trees.sort_by_key(|meta| meta.tree);
+    Ok(listing)
 }
 
 /// Grants the writer lease of a tree (creating its row) or reports the
@@ -440,7 +462,6 @@ pub(crate) fn acquire(conn: &Connection, request: &AcquireRequest) -> Result<Acq
     if let (Some(_), Some(owner), Some(until)) =
         (row.lease_token, &row.lease_owner, row.lease_until)
         && until > int(request.now.0)
-        && owner != &request.owner
         && !request.force
     {
         return Ok(Acquired::LeaseHeld {
@@ -463,7 +484,7 @@ pub(crate) fn acquire(conn: &Connection, request: &AcquireRequest) -> Result<Acq
             owner: request.owner.clone(),
             until,
         },
-        load: load(conn, request.tree)?,
+        load: load(conn, request.tree, false)?,
     })
 }
 

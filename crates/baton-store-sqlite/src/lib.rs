@@ -73,8 +73,8 @@ use std::time::Duration;
 
 use baton_run::log::{Record, Snapshot};
 use baton_run::store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, ListFilter, Store, StoreError, TreeLoad,
-    TreeMeta,
+    AcquireRequest, Acquired, Append, AppendOutcome, ListFilter, Listing, Store, StoreError,
+    TreeLoad,
 };
 use baton_run::{BoxFuture, Timestamp, TreeId};
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
@@ -83,9 +83,26 @@ use tokio::sync::oneshot;
 /// The schema version this build reads and writes.
 pub const SCHEMA_VERSION: i64 = schema::CURRENT;
 
+/// Whether opening a store may create it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Creation {
+    /// Open an existing store only: a missing file, an empty one or a
+    /// database without a Baton schema is refused. What read-only tools use.
+    #[default]
+    Existing,
+    /// Create a new store: an existing file is refused.
+    New,
+    /// Open the store at the path, or create it when no file is there (an
+    /// existing file must still be a Baton store). What commands that start
+    /// work use.
+    ExistingOrNew,
+}
+
 /// How a [`SqliteStore`] is opened.
 #[derive(Clone, Debug)]
 pub struct SqliteConfig {
+    /// Whether opening may create the store.
+    pub creation: Creation,
     /// Delete the records a snapshot covers (and the chunks only they
     /// referenced). Off keeps the whole history for audit.
     pub compact: bool,
@@ -97,9 +114,11 @@ pub struct SqliteConfig {
 }
 
 impl Default for SqliteConfig {
-    /// Compaction on, up to 4096 operations per group commit, 5 s busy timeout.
+    /// An existing store only, compaction on, up to 4096 operations per
+    /// group commit, 5 s busy timeout.
     fn default() -> SqliteConfig {
         SqliteConfig {
+            creation: Creation::Existing,
             compact: true,
             max_batch: 4096,
             busy_timeout: Duration::from_secs(5),
@@ -119,6 +138,34 @@ pub enum OpenError {
         path: PathBuf,
         /// What is wrong with it.
         reason: String,
+    },
+    /// No store is at the path (and the configuration does not create one).
+    #[error(
+        "no store at {}: create one with SqliteStore::create or SqliteStore::open_or_create",
+        path.display()
+    )]
+    Missing {
+        /// The path.
+        path: PathBuf,
+    },
+    /// A file is at the path, and a new store was asked for.
+    #[error(
+        "{} already exists: open it with SqliteStore::open, or choose another path",
+        path.display()
+    )]
+    Exists {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The file is empty, or a database with nothing in it: not a Baton
+    /// store (a store truncated to nothing reads so). It is left untouched.
+    #[error(
+        "{} is empty, not a Baton store (truncated?); restore it from a backup, or delete it to start afresh",
+        path.display()
+    )]
+    Empty {
+        /// The path.
+        path: PathBuf,
     },
     /// The file is not a SQLite database, or is damaged.
     #[error("{} is not a SQLite database or is corrupt: {message}", path.display())]
@@ -164,7 +211,9 @@ pub enum OpenError {
 impl From<OpenError> for StoreError {
     fn from(error: OpenError) -> StoreError {
         match error {
-            OpenError::NotADatabase { .. } => StoreError::corrupt(error.to_string()),
+            OpenError::NotADatabase { .. } | OpenError::Empty { .. } => {
+                StoreError::corrupt(error.to_string())
+            }
             OpenError::Thread(_) => StoreError::unavailable(error.to_string()),
             _ => StoreError::refused(error.to_string()),
         }
@@ -196,8 +245,9 @@ enum Written {
 /// A read, answered by the reader thread.
 enum Read {
     Load(TreeId, Reply<TreeLoad>),
-    List(ListFilter, Reply<Vec<TreeMeta>>),
+    List(ListFilter, Reply<Listing>),
     History(TreeId, Reply<Vec<Record>>),
+    Whole(TreeId, Reply<TreeLoad>),
 }
 
 struct Inner {
@@ -242,30 +292,66 @@ fn stopped() -> StoreError {
 }
 
 impl SqliteStore {
-    /// Opens (creating if absent) the store at `path` with the default
-    /// configuration.
+    /// Opens the existing store at `path` with the default configuration.
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, OpenError> {
         SqliteStore::open_with(path, SqliteConfig::default())
     }
 
-    /// Opens (creating if absent) the store at `path`.
+    /// Creates a new store at `path` (refusing an existing file).
+    pub fn create(path: impl AsRef<Path>) -> Result<SqliteStore, OpenError> {
+        let config = SqliteConfig {
+            creation: Creation::New,
+            ..SqliteConfig::default()
+        };
+        SqliteStore::open_with(path, config)
+    }
+
+    /// Opens the store at `path`, creating it when no file is there.
+    pub fn open_or_create(path: impl AsRef<Path>) -> Result<SqliteStore, OpenError> {
+        let config = SqliteConfig {
+            creation: Creation::ExistingOrNew,
+            ..SqliteConfig::default()
+        };
+        SqliteStore::open_with(path, config)
+    }
+
+    /// Opens (or, as `config.creation` allows, creates) the store at `path`.
     ///
     /// Nothing is written before the file is known to be a Baton store of a
-    /// schema this build understands (or a new, empty file).
+    /// schema this build understands, or a file this call creates.
     pub fn open_with(
         path: impl AsRef<Path>,
         config: SqliteConfig,
     ) -> Result<SqliteStore, OpenError> {
         let path = path.as_ref().to_path_buf();
         check_path(&path)?;
+        let existing = match std::fs::metadata(&path) {
+            Ok(metadata) => Some(metadata.len()),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+            Err(error) => {
+                return Err(OpenError::Path {
+                    path,
+                    reason: error.to_string(),
+                });
+            }
+        };
+        match (existing, config.creation) {
+            (None, Creation::Existing) => return Err(OpenError::Missing { path }),
+            (Some(_), Creation::New) => return Err(OpenError::Exists { path }),
+            (Some(0), _) => return Err(OpenError::Empty { path }),
+            (None, _) => create(&path, &config)?,
+            _ => {}
+        }
         let sqlite = |error: rusqlite::Error| open_error(&path, error);
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let mut writer = Connection::open_with_flags(&path, flags).map_err(sqlite)?;
         writer.busy_timeout(config.busy_timeout).map_err(sqlite)?;
-        match schema::inspect(&writer).map_err(sqlite)? {
+        let found = schema::inspect(&writer).map_err(sqlite)?;
+        match found {
             schema::Found::Foreign => return Err(OpenError::Foreign { path }),
+            // A database with nothing in it is no store: a new store has
+            // its schema before it appears at its path.
+            schema::Found::Store(0) => return Err(OpenError::Empty { path }),
             schema::Found::Store(found) if found > schema::CURRENT => {
                 return Err(OpenError::NewerSchema {
                     path,
@@ -405,6 +491,57 @@ impl SqliteStore {
     pub fn prune(&self, older_than: Timestamp) -> BoxFuture<'static, Result<usize, StoreError>> {
         self.write(|reply| Write::Prune(older_than, reply))
     }
+}
+
+/// Makes a new store at `path`, all at once: the database is built beside
+/// it under a temporary name (schema, identity, WAL mode) and then linked
+/// into place, which fails if a file appeared there meanwhile (another
+/// process made the store first: it is then opened as it is). A crash in
+/// between leaves a stray temporary file, never a half-made store at
+/// `path`, which a later open would have to refuse as empty.
+fn create(path: &Path, config: &SqliteConfig) -> Result<(), OpenError> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let name = path
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "store".to_owned());
+    let temporary = path.with_file_name(format!(
+        ".{name}.creating-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let sqlite = |error: rusqlite::Error| open_error(path, error);
+    let built = (|| {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = Connection::open_with_flags(&temporary, flags).map_err(sqlite)?;
+        conn.busy_timeout(config.busy_timeout).map_err(sqlite)?;
+        schema::migrate(&mut conn, 0).map_err(sqlite)?;
+        let mode = schema::enable_wal(&conn).map_err(sqlite)?;
+        if !mode.is_some_and(|mode| mode.eq_ignore_ascii_case("wal")) {
+            return Err(OpenError::Sqlite {
+                path: path.to_path_buf(),
+                message: "the database refused WAL mode".into(),
+            });
+        }
+        // Closing the only connection checkpoints the WAL into the file.
+        conn.close().map_err(|(_, error)| sqlite(error))?;
+        match std::fs::hard_link(&temporary, path) {
+            Ok(()) => Ok(()),
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(error) => Err(OpenError::Path {
+                path: path.to_path_buf(),
+                reason: format!("cannot put the new store in place: {error}"),
+            }),
+        }
+    })();
+    for leftover in ["", "-wal", "-shm"] {
+        let mut file = temporary.clone().into_os_string();
+        file.push(leftover);
+        let _ = std::fs::remove_file(file);
+    }
+    built
 }
 
 /// Refuses paths that cannot hold a database, with a clear reason, before
@@ -592,7 +729,10 @@ fn read_loop(conn: &mut Connection, queue: &mpsc::Receiver<Read>) {
     while let Ok(read) = queue.recv() {
         match read {
             Read::Load(tree, reply) => {
-                let _ = reply.send(in_read(conn, |c| db::load(c, tree)));
+                let _ = reply.send(in_read(conn, |c| db::load(c, tree, false)));
+            }
+            Read::Whole(tree, reply) => {
+                let _ = reply.send(in_read(conn, |c| db::load(c, tree, true)));
             }
             Read::List(filter, reply) => {
                 let _ = reply.send(in_read(conn, |c| db::list(c, &filter)));
@@ -649,7 +789,11 @@ impl Store for SqliteStore {
         self.write(|reply| Write::Release(tree, token, reply))
     }
 
-    fn list(&self, filter: ListFilter) -> BoxFuture<'_, Result<Vec<TreeMeta>, StoreError>> {
+    fn list(&self, filter: ListFilter) -> BoxFuture<'_, Result<Listing, StoreError>> {
         self.read(|reply| Read::List(filter, reply))
+    }
+
+    fn history(&self, tree: TreeId) -> BoxFuture<'_, Result<TreeLoad, StoreError>> {
+        self.read(|reply| Read::Whole(tree, reply))
     }
 }

@@ -2,6 +2,7 @@
 //! store.
 
 mod recovery;
+mod reliability;
 mod single;
 mod trees;
 
@@ -69,7 +70,14 @@ type Fresh<'a> = dyn Fn() -> Arc<dyn Store> + 'a;
 ///   once; a crash after a signal control commit delivers it exactly once; a
 ///   parked child shows as needs attention and resolving it continues the
 ///   tree; killing the root kills the subtree and events carry paths; a host
-///   deadline times out the whole subtree.
+///   deadline times out the whole subtree;
+/// - **leases, owners and receipts**: a busy tree keeps its lease while
+///   another engine tries to take it; twenty identical starts at once make
+///   one tree and nineteen handles on it; a take-up, a resolution and an
+///   answer at once share one owner; a fenced engine reports the fencing
+///   when asked for the tree; after close another owner takes every tree
+///   without force or waiting; a resent answer is a duplicate even after it
+///   ended the process; a host signal with a reserved id is refused.
 pub async fn engine_conformance<S: Store>(factory: impl Fn() -> S) {
     assert!(
         matches!(
@@ -225,6 +233,43 @@ pub async fn engine_conformance<S: Store>(factory: impl Fn() -> S) {
     scenario(
         "a crash after a signal control commit delivers it exactly once",
         trees::a_crash_after_a_signal_control_commit_delivers_it_exactly_once(fresh),
+    )
+    .await;
+    scenario(
+        "a busy tree keeps its lease while another engine tries to take it",
+        reliability::a_busy_tree_keeps_its_lease_while_another_engine_tries_to_take_it(fresh),
+    )
+    .await;
+    scenario(
+        "twenty identical starts at once make one tree and nineteen handles on it",
+        reliability::twenty_identical_starts_at_once_make_one_tree_and_nineteen_handles_on_it(
+            fresh,
+        ),
+    )
+    .await;
+    scenario(
+        "a take-up, a resolution and an answer at once share one owner",
+        reliability::a_take_up_a_resolution_and_an_answer_at_once_share_one_owner(fresh),
+    )
+    .await;
+    scenario(
+        "a fenced engine reports the fencing when asked for the tree",
+        reliability::a_fenced_engine_reports_the_fencing_when_asked_for_the_tree(fresh),
+    )
+    .await;
+    scenario(
+        "after close another owner takes every tree without force or waiting",
+        reliability::after_close_another_owner_takes_every_tree_without_force_or_waiting(fresh),
+    )
+    .await;
+    scenario(
+        "a resent answer is a duplicate even after it ended the process",
+        reliability::a_resent_answer_is_a_duplicate_even_after_it_ended_the_process(fresh),
+    )
+    .await;
+    scenario(
+        "a host signal with a reserved id is refused",
+        reliability::a_host_signal_with_a_reserved_id_is_refused(fresh),
     )
     .await;
     scenario(

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use baton_run::log::{RecordKind, Snapshot};
 use baton_run::store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, ListFilter, Store, StoreError, TreeLoad,
-    TreeMeta,
+    AcquireRequest, Acquired, Append, AppendOutcome, ListFilter, Listing, Store, StoreError,
+    TreeLoad,
 };
 use baton_run::{BoxFuture, Timestamp, TreeId};
 
@@ -121,6 +121,13 @@ impl Store for FaultStore {
         }
     }
 
+    fn history(&self, tree: TreeId) -> BoxFuture<'_, Result<TreeLoad, StoreError>> {
+        match self.dead() {
+            Some(error) => failed(error),
+            None => self.inner.history(tree),
+        }
+    }
+
     fn append(&self, batch: Vec<Append>) -> BoxFuture<'_, Result<Vec<AppendOutcome>, StoreError>> {
         if let Some(error) = self.dead() {
             return failed(error);
@@ -174,7 +181,7 @@ impl Store for FaultStore {
         }
     }
 
-    fn list(&self, filter: ListFilter) -> BoxFuture<'_, Result<Vec<TreeMeta>, StoreError>> {
+    fn list(&self, filter: ListFilter) -> BoxFuture<'_, Result<Listing, StoreError>> {
         match self.dead() {
             Some(error) => failed(error),
             None => self.inner.list(filter),

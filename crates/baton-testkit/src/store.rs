@@ -215,8 +215,19 @@ async fn round_trip(store: Arc<dyn Store>) {
         .unwrap_or_else(|error| panic!("{case}: the stored chain does not verify: {error}"));
     assert_eq!(head, (5, records[4].hash), "{case}: verified head");
     assert_eq!(loaded.head(), head, "{case}: load head");
-    // A grant returns the same stored state.
-    let (_, reload) = granted(&*store, acquire(t, "a", 10, false), case).await;
+    if let Some(recorded) = loaded.recorded_head {
+        assert_eq!(
+            recorded, head,
+            "{case}: the recorded head is the last append's"
+        );
+    }
+    let whole = store
+        .history(t)
+        .await
+        .unwrap_or_else(|error| panic!("{case}: history failed: {error}"));
+    same_records(&whole.records, &records, case);
+    // A grant (after the lease ran out) returns the same stored state.
+    let (_, reload) = granted(&*store, acquire(t, "a", 1_010, false), case).await;
     same_records(&reload.records, &records, case);
 }
 
@@ -432,8 +443,16 @@ async fn fencing(store: Arc<dyn Store>) {
         AppendOutcome::Fenced,
         "{case}: the old writer after an expired takeover"
     );
-    // The same owner acquiring again gets a new token and fences its old one.
-    let (c2, _) = granted(&*store, acquire(t, "c", 1_800, false), case).await;
+    // The same owner asking again without force is refused like anyone
+    // else: a live lease is never granted twice, so a writer cannot fence
+    // itself. With force it gets a new token that fences the old one.
+    match store.acquire(acquire(t, "c", 1_800, false)).await {
+        Ok(Acquired::LeaseHeld { owner, .. }) => {
+            assert_eq!(owner, "c", "{case}: the holder is named");
+        }
+        other => panic!("{case}: a live lease was granted again to its owner: {other:?}"),
+    }
+    let (c2, _) = granted(&*store, acquire(t, "c", 1_800, true), case).await;
     assert!(c2.token > c.token, "{case}: re-acquiring mints a new token");
     assert_eq!(
         one(&*store, append(t, c.token, third.clone()), case).await,
@@ -588,10 +607,16 @@ async fn listing(store: Arc<dyn Store>) {
             scope: scope.map(|s| Scope::new(s).expect("valid scope")),
         };
         async move {
-            store
+            let listing = store
                 .list(filter)
                 .await
-                .unwrap_or_else(|error| panic!("{case}: list failed: {error}"))
+                .unwrap_or_else(|error| panic!("{case}: list failed: {error}"));
+            assert!(
+                listing.unreadable.is_empty(),
+                "{case}: no row is unreadable: {:?}",
+                listing.unreadable
+            );
+            listing.trees
         }
     };
     let expected = |pick: &dyn Fn(&str, TreeStatus) -> bool| {
@@ -780,7 +805,8 @@ async fn engine_snapshots(store: Arc<dyn Store>) {
         let head = second
             .verify(&scope(), tree)
             .await
-            .unwrap_or_else(|error| panic!("{case}: the log does not verify: {error}"));
+            .unwrap_or_else(|error| panic!("{case}: the log does not verify: {error}"))
+            .head_seq;
         let stored = load(&*store, tree, case).await;
         assert_eq!(stored.head().0, head, "{case}: verified up to the head");
         let handle = second

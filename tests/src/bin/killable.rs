@@ -34,7 +34,7 @@ use baton::run::{
     Settlement, SignalError, SignalId, SignalRequest, StartId, StartRequest, Status, TreeId,
     Visibility,
 };
-use baton::store::sqlite::{SqliteConfig, SqliteStore};
+use baton::store::sqlite::{Creation, SqliteConfig, SqliteStore};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -293,6 +293,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let store = SqliteStore::open_with(
         PathBuf::from(database),
         SqliteConfig {
+            creation: Creation::ExistingOrNew,
             compact: false,
             ..SqliteConfig::default()
         },

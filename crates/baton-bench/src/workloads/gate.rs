@@ -45,7 +45,7 @@ pub async fn start_waiting(
     };
     let mut polls = 0u32;
     while !pending.is_empty() {
-        for meta in store.list(waiting.clone()).await? {
+        for meta in store.list(waiting.clone()).await?.trees {
             pending.remove(&meta.tree);
         }
         polls += 1;

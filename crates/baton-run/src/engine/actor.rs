@@ -41,6 +41,11 @@ pub(crate) enum Command {
         request: SignalRequest,
         reply: oneshot::Sender<Result<SignalReceipt, SignalError>>,
     },
+    /// An answer to a wait anywhere in the tree, routed by the wait's id.
+    Answer {
+        request: SignalRequest,
+        reply: oneshot::Sender<Result<SignalReceipt, SignalError>>,
+    },
     Cancel {
         process: ProcessId,
         reason: String,
@@ -61,6 +66,10 @@ pub(crate) enum Command {
     },
     Inspect {
         reply: oneshot::Sender<Result<TreeView, ControlError>>,
+    },
+    /// Renew the lease now: is this engine still the tree's writer?
+    Renew {
+        reply: oneshot::Sender<Result<(), RuntimeError>>,
     },
     Close {
         reply: oneshot::Sender<()>,
@@ -161,6 +170,14 @@ pub(super) struct Actor {
     /// Commits in a row that ended with children waits held back (see
     /// [`Actor::drive`]).
     held: u32,
+    /// When the lease is renewed next: a third of its time-to-live after
+    /// the last grant or renewal, whatever traffic the tree has meanwhile.
+    renew_at: Timestamp,
+    /// When the lease runs out unless renewed.
+    lease_until: Timestamp,
+    /// Hosts asking whether this engine still writes the tree, answered
+    /// after the next renewal.
+    renewals: Vec<oneshot::Sender<Result<(), RuntimeError>>>,
     channels: Channels,
 }
 
@@ -175,6 +192,9 @@ impl Actor {
         channels: Channels,
     ) -> Actor {
         let live = state.live_ids().into_iter().collect();
+        // The lease was just granted (or, for a woken tree, is renewed
+        // first thing in `run`).
+        let now = engine.clock.now();
         Actor {
             engine: engine.clone(),
             shared: shared.clone(),
@@ -190,6 +210,9 @@ impl Actor {
             live,
             inspects: Vec::new(),
             held: 0,
+            renew_at: now.plus(engine.lease_ttl / 3),
+            lease_until: now.plus(engine.lease_ttl),
+            renewals: Vec::new(),
             channels,
         }
     }
@@ -226,6 +249,20 @@ impl Actor {
                     return;
                 }
             }
+            // The lease is renewed on its own schedule, so a tree busy with
+            // events keeps its lease as well as an idle one, and at once when
+            // a host asks whether this engine still writes the tree.
+            // (A tree whose last commit gave up the lease is done: nothing to
+            // renew.)
+            if !self.released
+                && (self.engine.clock.now() >= self.renew_at || !self.renewals.is_empty())
+                && !self.renew_lease().await
+            {
+                return;
+            }
+            for reply in std::mem::take(&mut self.renewals) {
+                let _ = reply.send(Ok(()));
+            }
             while let Ok(completion) = self.channels.completions.try_recv() {
                 self.complete(*completion);
             }
@@ -255,7 +292,7 @@ impl Actor {
                 }
             }
             let deadline = self.live_deadline();
-            let renew_at = self.engine.clock.now().plus(self.engine.lease_ttl / 3);
+            let renew_at = self.renew_at;
             let clock = self.engine.clock.clone();
             tokio::select! {
                 biased;
@@ -279,16 +316,24 @@ impl Actor {
     }
 
     /// Extends the lease; `false` (after stopping the tree) when another
-    /// writer holds it now.
+    /// writer holds it now, or when it ran out while the store could not
+    /// renew it. A failed renewal is reported as an event and tried again
+    /// soon.
     async fn renew_lease(&mut self) -> bool {
-        let until = self.engine.clock.now().plus(self.engine.lease_ttl);
+        let ttl = self.engine.lease_ttl;
+        let now = self.engine.clock.now();
+        let until = now.plus(ttl);
         match self
             .engine
             .store
             .renew(self.tree, self.owner.token, until)
             .await
         {
-            Ok(true) => true,
+            Ok(true) => {
+                self.lease_until = until;
+                self.renew_at = now.plus(ttl / 3);
+                true
+            }
             Ok(false) => {
                 let error = RuntimeError::Fenced {
                     tree: self.tree,
@@ -299,6 +344,30 @@ impl Actor {
             }
             Err(error) => {
                 tracing::warn!(tree = %self.tree, %error, "lease renewal failed");
+                if now >= self.lease_until {
+                    self.stop(RuntimeError::Storage {
+                        tree: self.tree,
+                        head_seq: self.owner.head_seq,
+                        error,
+                    });
+                    return false;
+                }
+                let _ = self.engine.events.send(Event {
+                    tree: self.tree,
+                    process: self.tree,
+                    path: Vec::new(),
+                    kind: EventKind::LeaseRenewalFailed {
+                        reason: error.to_string(),
+                        until: self.lease_until,
+                    },
+                });
+                // Try again soon, and at the latest when the lease runs out.
+                let retry = now.plus((ttl / 10).min(std::time::Duration::from_secs(1)));
+                self.renew_at = if retry < self.lease_until {
+                    retry
+                } else {
+                    self.lease_until
+                };
                 true
             }
         }
@@ -392,6 +461,16 @@ impl Actor {
                 let result = self.admit(process, request);
                 self.reply(reply, result);
             }
+            Command::Answer { request, reply } => {
+                let result = match request
+                    .wait
+                    .and_then(|wait| round::waiter(&self.state, wait))
+                {
+                    Some(process) => self.admit(process, request),
+                    None => Err(round::no_waiter(&self.state, &request)),
+                };
+                self.reply(reply, result);
+            }
             Command::Cancel {
                 process,
                 reason,
@@ -438,6 +517,7 @@ impl Actor {
                 self.reply(reply, result);
             }
             Command::Inspect { reply } => self.inspects.push(reply),
+            Command::Renew { reply } => self.renewals.push(reply),
             Command::Close { reply } => return Some(reply),
         }
         None
@@ -869,6 +949,10 @@ impl Actor {
 
     fn stop(&mut self, error: RuntimeError) {
         tracing::warn!(tree = %self.tree, %error, "tree writer stopped");
+        if let RuntimeError::Fenced { .. } = error {
+            // The lease is another writer's now.
+            self.engine.forget(self.tree, self.owner.token);
+        }
         let _ = self.engine.events.send(Event {
             tree: self.tree,
             process: self.tree,
@@ -877,6 +961,9 @@ impl Actor {
                 reason: error.to_string(),
             },
         });
+        for reply in std::mem::take(&mut self.renewals) {
+            let _ = reply.send(Err(error.clone()));
+        }
         self.owner.outcome.modify(|o| {
             if o.stopped.is_none() {
                 o.stopped = Some(error);

@@ -191,11 +191,14 @@ pub enum TreeError {
         /// Its exact ref digest.
         digest: Digest,
     },
-    /// The log does not verify or does not fold.
+    /// The log does not verify or does not fold, or the store's record of
+    /// the tree disagrees with its log.
     #[error("engine.log.corrupt: tree {tree}: {message}")]
     Corrupt {
         /// The tree.
         tree: TreeId,
+        /// The record where the damage shows, when one does.
+        record: Option<u64>,
         /// What is wrong.
         message: String,
     },
@@ -209,6 +212,10 @@ pub enum TreeError {
         /// Expiry.
         until: Timestamp,
     },
+    /// This engine's writer of the tree stopped (another writer fenced it,
+    /// or its store failed); the next call takes the tree up afresh.
+    #[error(transparent)]
+    Stopped(RuntimeError),
     /// The store failed.
     #[error("engine.store.failed: {0}")]
     Store(#[from] StoreError),
@@ -223,6 +230,7 @@ impl TreeError {
             TreeError::ProgramUnavailable { .. } => "engine.program.unavailable",
             TreeError::Corrupt { .. } => "engine.log.corrupt",
             TreeError::LeaseHeld { .. } => "engine.lease.held",
+            TreeError::Stopped(error) => error.code(),
             TreeError::Store(_) => "engine.store.failed",
         }
     }
@@ -280,9 +288,20 @@ pub enum SignalError {
     /// The tree's writer stopped.
     #[error(transparent)]
     Stopped(#[from] RuntimeError),
+    /// The tree could not be found or taken up.
+    #[error(transparent)]
+    Tree(TreeError),
 }
 
 impl SignalError {
+    /// A tree that could not be taken up, as a signal's refusal.
+    pub(super) fn from_tree(error: TreeError) -> SignalError {
+        match error {
+            TreeError::Stopped(error) => SignalError::Stopped(error),
+            other => SignalError::Tree(other),
+        }
+    }
+
     /// Stable code.
     pub fn code(&self) -> &str {
         match self {
@@ -294,6 +313,7 @@ impl SignalError {
             SignalError::BudgetExhausted { .. } => "engine.limit.signals",
             SignalError::MailboxFull { .. } => "engine.limit.pending_signals",
             SignalError::Stopped(error) => error.code(),
+            SignalError::Tree(error) => error.code(),
         }
     }
 }

@@ -219,17 +219,59 @@ impl<O> ProcessHandle<O> {
 
     /// Delivers a host signal. It is acknowledged only after its record
     /// commits; the same id with the same content is an idempotent no-op.
+    ///
+    /// A resend of an admitted signal (same id, same content) is a
+    /// `Duplicate` even after the process or its whole tree has ended.
     pub async fn signal(&self, request: SignalRequest) -> Result<SignalReceipt, SignalError> {
         let process = self.process;
-        self.request(
-            |reply| Command::Signal {
-                process,
-                request,
-                reply,
-            },
-            || SignalError::Terminated { process },
-        )
-        .await
+        let sent = request.clone();
+        let result = self
+            .request(
+                |reply| Command::Signal {
+                    process,
+                    request: sent,
+                    reply,
+                },
+                || SignalError::Terminated { process },
+            )
+            .await;
+        match result {
+            // No writer took the signal: the tree has ended. Its receipts are
+            // in the store.
+            Err(SignalError::Terminated { .. }) => {
+                self.engine
+                    .stored_receipt(self.shared.tree, Some(process), request)
+                    .await
+            }
+            other => other,
+        }
+    }
+
+    /// Answers a wait anywhere in this process's tree, routed by the wait
+    /// id inside the tree's writer (see [`Engine::answer`]).
+    ///
+    /// [`Engine::answer`]: super::Engine::answer
+    pub(super) async fn answer(
+        &self,
+        request: SignalRequest,
+    ) -> Result<SignalReceipt, SignalError> {
+        let tree = self.shared.tree;
+        let sent = request.clone();
+        let result = self
+            .request(
+                |reply| Command::Answer {
+                    request: sent,
+                    reply,
+                },
+                || SignalError::Terminated { process: tree },
+            )
+            .await;
+        match result {
+            Err(SignalError::Terminated { .. }) => {
+                self.engine.stored_receipt(tree, None, request).await
+            }
+            other => other,
+        }
     }
 
     /// Requests cancellation (intent is durable when this returns; the

@@ -99,7 +99,17 @@ pub(super) async fn acquire(
             force,
         };
         match engine.store.acquire(request).await.map_err(Held::Store)? {
-            Acquired::Granted { lease, load } => return Ok((lease, load)),
+            Acquired::Granted { lease, load } => {
+                engine.hold(tree, lease.token);
+                return Ok((lease, load));
+            }
+            // This engine's own lease, from a tree it no longer has in
+            // memory (a sleeping tree no handle held): the caller holds the
+            // tree's guard and found no live tree, so nothing of this engine
+            // writes to it.
+            Acquired::LeaseHeld { owner, .. } if !force && owner == engine.owner => {
+                force = true;
+            }
             Acquired::LeaseHeld { owner, .. } if !force && owner_is_gone(&owner) => {
                 tracing::info!(%tree, %owner, "taking over the lease of a writer that is gone");
                 force = true;

@@ -72,9 +72,10 @@ pub(super) async fn start(
         Err(Held::Lease { owner, until }) => return Err(StartError::LeaseHeld { owner, until }),
     };
     let release = || {
-        let (store, token) = (engine.store.clone(), lease.token);
+        let (engine, token) = (engine.clone(), lease.token);
         async move {
-            let _ = store.release(tree, token).await;
+            let _ = engine.store.release(tree, token).await;
+            engine.forget(tree, token);
         }
     };
     if load.exists() {
@@ -155,7 +156,10 @@ pub(super) async fn start(
         // between the grant and this append (a store checks the token before
         // the head, so a lost head is a lost lease too). This start wrote
         // nothing, and the tree is the other writer's.
-        Ok(_) => return Err(StartError::Fenced { tree }),
+        Ok(_) => {
+            engine.forget(tree, lease.token);
+            return Err(StartError::Fenced { tree });
+        }
         Err(error) => return Err(error.into()),
     }
     let _ = engine.events.send(Event {
@@ -199,6 +203,7 @@ pub(super) async fn resume(
         Ok(folded) => folded,
         Err(error) => {
             let _ = engine.store.release(tree, lease.token).await;
+            engine.forget(tree, lease.token);
             return Err(error);
         }
     };
@@ -281,6 +286,7 @@ fn prepare(
     {
         let mut door = shared.door.lock().map_err(|_| TreeError::Corrupt {
             tree,
+            record: None,
             message: "a tree's door lock was poisoned".into(),
         })?;
         *door = Door::Awake(sender);
@@ -382,6 +388,11 @@ impl Sleeper {
     /// The fencing token of the lease the sleeping tree holds.
     pub(super) fn token(&self) -> u64 {
         self.owner.token
+    }
+
+    /// The last sequence this writer committed.
+    pub(super) fn head_seq(&self) -> u64 {
+        self.owner.head_seq
     }
 }
 

@@ -105,6 +105,28 @@ pub enum SignalReceipt {
     Duplicate,
 }
 
+/// What [`Engine::verify`] checked of a tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verification {
+    /// The tree.
+    pub tree: TreeId,
+    /// The first record checked: 1 when the store keeps the whole log.
+    pub first: u64,
+    /// The last record checked, the log's head.
+    pub head_seq: u64,
+    /// The head's hash.
+    pub head: Digest,
+    /// The snapshot the check started from, when the store no longer keeps
+    /// the records before it (its state is then taken as written).
+    pub from_snapshot: Option<u64>,
+    /// The snapshot found to match the log: its head is the chain's hash at
+    /// that record and its state the fold of the records up to it.
+    pub snapshot_matched: Option<u64>,
+    /// Whether the store recorded a head with the tree's last append, and
+    /// it was found to be the log's.
+    pub head_recorded: bool,
+}
+
 /// Options for [`Engine::recover`].
 #[derive(Clone, Debug, Default)]
 pub struct RecoverOptions {
@@ -125,6 +147,13 @@ pub(crate) struct EngineInner {
     limits: TreeLimits,
     sleep: Sleep,
     trees: Mutex<BTreeMap<TreeId, Weak<TreeShared>>>,
+    /// One lock per tree, held while the tree is started or taken up, so
+    /// concurrent calls on one tree in this engine share one owner instead
+    /// of racing each other to the store.
+    guards: Mutex<BTreeMap<TreeId, Weak<tokio::sync::Mutex<()>>>>,
+    /// The lease tokens this engine holds, by tree, including those of
+    /// trees no longer in memory, so `close` can release every one.
+    leases: Mutex<BTreeMap<TreeId, u64>>,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     events: broadcast::Sender<Event>,
 }
@@ -169,6 +198,58 @@ impl EngineInner {
         self.registry.get(digest).cloned()
     }
 
+    /// Locks `tree` for a start or a take-up in this engine.
+    async fn guard(&self, tree: TreeId) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut guards = self
+                .guards
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match guards.get(&tree).and_then(Weak::upgrade) {
+                Some(lock) => lock,
+                None => {
+                    // Forget the locks nobody holds now and then, so the
+                    // map stays as large as the trees in use.
+                    if guards.len() % 1024 == 1023 {
+                        guards.retain(|_, lock| lock.strong_count() > 0);
+                    }
+                    let lock = Arc::new(tokio::sync::Mutex::new(()));
+                    guards.insert(tree, Arc::downgrade(&lock));
+                    lock
+                }
+            }
+        };
+        lock.lock_owned().await
+    }
+
+    /// Notes a lease this engine now holds.
+    pub(super) fn hold(&self, tree: TreeId, token: u64) {
+        if let Ok(mut leases) = self.leases.lock() {
+            leases.insert(tree, token);
+        }
+    }
+
+    /// Forgets a lease this engine gave up or lost (if `token` is the one held).
+    pub(super) fn forget(&self, tree: TreeId, token: u64) {
+        if let Ok(mut leases) = self.leases.lock()
+            && leases.get(&tree) == Some(&token)
+        {
+            leases.remove(&tree);
+        }
+    }
+
+    /// Drops a tree whose writer stopped from the live trees, so the next
+    /// call takes it up from the store.
+    fn forget_live(&self, tree: TreeId, shared: &Arc<TreeShared>) {
+        if let Ok(mut trees) = self.trees.lock()
+            && trees
+                .get(&tree)
+                .is_some_and(|weak| std::ptr::eq(weak.as_ptr(), Arc::as_ptr(shared)))
+        {
+            trees.remove(&tree);
+        }
+    }
+
     fn live(&self, tree: TreeId) -> Option<Arc<TreeShared>> {
         let mut trees = self.trees.lock().ok()?;
         match trees.get(&tree).and_then(Weak::upgrade) {
@@ -204,6 +285,8 @@ impl Engine {
                 limits: config.limits,
                 sleep: config.sleep,
                 trees: Mutex::new(BTreeMap::new()),
+                guards: Mutex::new(BTreeMap::new()),
+                leases: Mutex::new(BTreeMap::new()),
                 tasks: Mutex::new(Vec::new()),
                 events,
             }),
@@ -286,7 +369,8 @@ impl Engine {
             input: request.input.digest(),
         };
         let handle = |shared| ProcessHandle::new(self.inner.clone(), shared, key.tree);
-        if let Some(shared) = self.inner.live(key.tree) {
+        let _guard = self.inner.guard(key.tree).await;
+        if let Some(shared) = self.inner.running(key.tree).await? {
             return if key.matches(&shared) {
                 Ok(Started::Existing(handle(shared)))
             } else {
@@ -324,21 +408,29 @@ impl Engine {
         };
         // Trees are taken up concurrently, so their lease acquisitions share
         // the store's group commits instead of waiting for one fsync each.
+        let listing = self.inner.store.list(filter).await?;
         let mut attaching = tokio::task::JoinSet::new();
-        for meta in self.inner.store.list(filter).await? {
+        for meta in listing.trees {
             if meta.status == TreeStatus::Done {
                 continue;
             }
             let inner = self.inner.clone();
-            let force = options.force;
+            let (force, scope) = (options.force, options.scope.clone());
             attaching.spawn(async move {
-                (
-                    meta.tree,
-                    inner.attach(meta.tree, None, force).await.map(|_| ()),
-                )
+                let attached = inner.attach(meta.tree, scope.as_ref(), force).await;
+                (meta.tree, attached.map(|_| ()))
             });
         }
         let mut report = Vec::new();
+        // A row that does not read back fails its tree alone.
+        for row in listing.unreadable {
+            match row.tree {
+                Some(tree) => report.push((tree, Err(TreeError::Store(row.error)))),
+                None => {
+                    tracing::warn!(id = %row.id, error = %row.error, "a stored tree row does not read back")
+                }
+            }
+        }
         while let Some(joined) = attaching.join_next().await {
             match joined {
                 Ok(entry) => report.push(entry),
@@ -351,6 +443,30 @@ impl Engine {
         }
         report.sort_by_key(|(tree, _)| *tree);
         Ok(report)
+    }
+
+    /// Answers a wait anywhere in a tree, by the wait's id: the tree's
+    /// writer finds the process that opened it. The answer's signal id is
+    /// derived from the wait (`answer.<wait id>`), so sending the same answer
+    /// again is a `Duplicate` (also after it completed the process or the
+    /// whole tree) and another answer to the same wait is a `Conflict`.
+    pub async fn answer(
+        &self,
+        scope: &Scope,
+        tree: TreeId,
+        wait: WaitId,
+        value: Payload,
+    ) -> Result<SignalReceipt, SignalError> {
+        let request = SignalRequest {
+            id: SignalId::new(format!("answer.{wait}")).expect("a wait id makes a valid signal id"),
+            wait: Some(wait),
+            payload: value,
+        };
+        let handle: ProcessHandle = self
+            .process(scope, tree)
+            .await
+            .map_err(SignalError::from_tree)?;
+        handle.answer(request).await
     }
 
     /// Settles an unknown effect anywhere in a tree with the host's
@@ -400,6 +516,7 @@ impl Engine {
             head,
             state: Payload::encode(&state).map_err(|error| TreeError::Corrupt {
                 tree,
+                record: None,
                 message: error.to_string(),
             })?,
         })
@@ -418,16 +535,38 @@ impl Engine {
         Ok(TreeView::of(&state, head_seq, head, visibility))
     }
 
-    /// Verifies a stored tree's hash chain from its snapshot head; returns
-    /// the head sequence.
-    pub async fn verify(&self, scope: &Scope, tree: TreeId) -> Result<u64, TreeError> {
-        let load = self.inner.store.load(tree).await?;
-        self.inner
-            .checked_fold(tree, &load, Some(scope))
-            .map(|(_, seq, _)| seq)
+    /// Verifies everything the store keeps of a tree: the hash chain of
+    /// every kept record (from the first when the store keeps the whole
+    /// log, else from its latest snapshot), the snapshot against the log it
+    /// covers, every record's decoding and fold, and the store's record of
+    /// the tree (its head and scope) against the log. Says exactly what it
+    /// checked.
+    pub async fn verify(&self, scope: &Scope, tree: TreeId) -> Result<Verification, TreeError> {
+        let history = self.inner.store.history(tree).await?;
+        if !history.exists() {
+            return Err(TreeError::NotFound { tree });
+        }
+        let (state, head_seq, head, checked) = state::verify_history(tree, &history)?;
+        if &state.start.scope != scope {
+            return Err(TreeError::Scope {
+                tree,
+                scope: scope.clone(),
+            });
+        }
+        Ok(Verification {
+            tree,
+            first: checked.first,
+            head_seq,
+            head,
+            from_snapshot: checked.from_snapshot,
+            snapshot_matched: checked.snapshot_matched,
+            head_recorded: checked.head_recorded,
+        })
     }
 
-    /// Stops every tree task and releases their leases.
+    /// Stops every tree task and releases every lease this engine holds,
+    /// those of sleeping trees no handle holds any more included, so
+    /// another engine can take every tree at once, without force.
     pub async fn close(self) {
         let trees: Vec<Arc<TreeShared>> = self
             .inner
@@ -445,7 +584,9 @@ impl Engine {
                     // A sleeping tree closes where it sleeps: its lease is
                     // given up without waking (or reloading) it.
                     Some(sleeper) => {
-                        let _ = inner.store.release(shared.tree, sleeper.token()).await;
+                        let token = sleeper.token();
+                        let _ = inner.store.release(shared.tree, token).await;
+                        inner.forget(shared.tree, token);
                         sleeper.close(RuntimeError::Closed { tree: shared.tree });
                     }
                     None => {
@@ -461,10 +602,109 @@ impl Engine {
             });
         }
         while closing.join_next().await.is_some() {}
+        // What is left: leases of trees no longer in memory (sleeping trees
+        // nobody held, writers stopped by a failing store).
+        let held: Vec<(TreeId, u64)> = self
+            .inner
+            .leases
+            .lock()
+            .map(|mut leases| std::mem::take(&mut *leases).into_iter().collect())
+            .unwrap_or_default();
+        for (tree, token) in held {
+            let inner = self.inner.clone();
+            closing.spawn(async move {
+                let _ = inner.store.release(tree, token).await;
+            });
+        }
+        while closing.join_next().await.is_some() {}
     }
 }
 
 impl EngineInner {
+    /// The tree as this engine runs it (or ran it to the end), if it does;
+    /// a tree whose writer stopped (fenced, or its store failed) is dropped
+    /// and reported once with the reason, so the next call takes it up from
+    /// the store afresh. A sleeping tree's lease is renewed first: another
+    /// engine may have taken the tree while it slept.
+    async fn running(self: &Arc<Self>, tree: TreeId) -> Result<Option<Arc<TreeShared>>, TreeError> {
+        let Some(shared) = self.live(tree) else {
+            return Ok(None);
+        };
+        let finished = shared.outcome.read().finished;
+        if finished {
+            return Ok(Some(shared));
+        }
+        if let Some(token) = shared.sleeping_token() {
+            let until = self.clock.now().plus(self.lease_ttl);
+            if !self.store.renew(tree, token, until).await? {
+                if let Some(sleeper) = shared.take_sleeper() {
+                    let head_seq = sleeper.head_seq();
+                    sleeper.close(RuntimeError::Fenced { tree, head_seq });
+                }
+                self.forget(tree, token);
+            }
+        } else {
+            // An awake writer renews at once and says whether it still
+            // holds the tree (a writer that stopped already says so below).
+            let (reply, renewed) = oneshot::channel();
+            if self
+                .send(&shared, Box::new(Command::Renew { reply }))
+                .is_ok()
+            {
+                let _ = renewed.await;
+            }
+        }
+        let stopped = shared.outcome.read().stopped.clone();
+        match stopped {
+            Some(error) => {
+                self.forget_live(tree, &shared);
+                Err(TreeError::Stopped(error))
+            }
+            None => Ok(Some(shared)),
+        }
+    }
+
+    /// What the store says of a signal resent to a tree no writer runs any
+    /// more: a duplicate or a conflict of an admitted one, else the process
+    /// has terminated. The signal goes to `process`, or (`None`) to the
+    /// process that opened the wait it answers.
+    async fn stored_receipt(
+        &self,
+        tree: TreeId,
+        process: Option<ProcessId>,
+        request: SignalRequest,
+    ) -> Result<SignalReceipt, SignalError> {
+        let terminated = SignalError::Terminated {
+            process: process.unwrap_or(tree),
+        };
+        let Ok(load) = self.store.load(tree).await else {
+            return Err(terminated);
+        };
+        let Ok((state, _, _)) = self.checked_fold(tree, &load, None) else {
+            return Err(terminated);
+        };
+        let signal = crate::protocol::Signal {
+            id: request.id,
+            wait: request.wait,
+            body: crate::protocol::SignalBody::Input {
+                payload: request.payload,
+            },
+        };
+        // An answer routed by its wait belongs to the process that opened it.
+        let process = match process {
+            Some(process) => process,
+            None => match signal.wait.and_then(|wait| round::waiter(&state, wait)) {
+                Some(process) => process,
+                None => return Err(terminated),
+            },
+        };
+        match round::receipt(&state, process, &signal) {
+            Some(Ok(_)) => Ok(SignalReceipt::Duplicate),
+            Some(Err(error)) => Err(error),
+            None => Err(terminated),
+        }
+    }
+
     fn checked_fold(
         &self,
         tree: TreeId,
@@ -493,7 +733,8 @@ impl EngineInner {
         scope: Option<&Scope>,
         force: bool,
     ) -> Result<Arc<TreeShared>, TreeError> {
-        if let Some(shared) = self.live(tree) {
+        let _guard = self.guard(tree).await;
+        if let Some(shared) = self.running(tree).await? {
             if let Some(scope) = scope
                 && &shared.scope != scope
             {

@@ -130,6 +130,17 @@ impl TreeShared {
     }
 }
 
+impl TreeShared {
+    /// The fencing token of a sleeping tree's lease; `None` for a tree not
+    /// asleep.
+    pub(super) fn sleeping_token(&self) -> Option<u64> {
+        match &*self.door.lock().ok()? {
+            Door::Asleep(sleeper) => Some(sleeper.token()),
+            _ => None,
+        }
+    }
+}
+
 /// The way into a tree's owner task. An idle tree hibernates: its task ends
 /// and its state waits here until a command wakes it.
 pub(crate) enum Door {

@@ -327,6 +327,14 @@ pub enum EventKind {
         /// Why.
         reason: String,
     },
+    /// The writer could not renew its lease this time; it tries again
+    /// soon, and stops once the lease has run out unrenewed.
+    LeaseRenewalFailed {
+        /// Why.
+        reason: String,
+        /// When the lease runs out unless renewed.
+        until: crate::clock::Timestamp,
+    },
 }
 
 impl EventKind {

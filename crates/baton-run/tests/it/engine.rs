@@ -77,6 +77,7 @@ async fn engine_on_copy(from: &MemoryStore, to: &MemoryStore, tree: baton_run::T
         .list(Default::default())
         .await
         .expect("lists")
+        .trees
         .into_iter()
         .find(|m| m.tree == tree)
         .expect("meta");
@@ -102,4 +103,59 @@ fn public_handles_are_send_and_sync() {
     assert_send_sync::<baton_run::Program>();
     assert_send_sync::<MemoryStore>();
     assert_send_sync::<Payload>();
+}
+
+#[tokio::test]
+async fn a_dropped_record_or_a_moved_listing_is_found_by_verify_and_refused_at_attach() {
+    let dispatcher = ScriptedDispatcher::echo(ReplayPolicy::Never);
+    let program = program(Kind::Dispatch, Some(Arc::new(dispatcher)));
+    let scope = Scope::new(SCOPE).expect("valid");
+    let finished = |store: MemoryStore| {
+        let program = program.clone();
+        async move {
+            let engine = engine(Arc::new(store), &[&program]);
+            let handle = engine
+                .start(&program, request("three", json!(["a", "b", "c"])))
+                .await
+                .expect("starts");
+            handle.join().await.expect("joins");
+            handle.tree()
+        }
+    };
+    let corrupt_at = |error: TreeError| match error {
+        TreeError::Corrupt { record, .. } => record,
+        other => panic!("not a corruption: {other:?}"),
+    };
+
+    // The last record lost: the store's recorded head says the log is short.
+    let store = MemoryStore::keeping_history();
+    let tree = finished(store.clone()).await;
+    let head = store.records(tree).len() as u64;
+    assert!(store.drop_record(tree, head));
+    let verifier = engine(Arc::new(store.clone()), &[&program]);
+    let error = verifier.verify(&scope, tree).await.expect_err("detected");
+    assert_eq!(corrupt_at(error), Some(head));
+
+    // A record lost from the middle: the chain breaks at the next one.
+    let store = MemoryStore::keeping_history();
+    let tree = finished(store.clone()).await;
+    assert!(store.drop_record(tree, 2));
+    let verifier = engine(Arc::new(store.clone()), &[&program]);
+    let error = verifier.verify(&scope, tree).await.expect_err("detected");
+    assert_eq!(corrupt_at(error), Some(3));
+
+    // The listing moved to another scope: the first record disagrees.
+    let store = MemoryStore::keeping_history();
+    let tree = finished(store.clone()).await;
+    assert!(store.tamper_meta(tree, |meta| {
+        meta.scope = Scope::new("intruder").expect("valid");
+    }));
+    let verifier = engine(Arc::new(store.clone()), &[&program]);
+    let error = verifier
+        .process::<Payload>(&scope, tree)
+        .await
+        .expect_err("refused at attach");
+    assert_eq!(error.code(), "engine.log.corrupt", "{error}");
+    let error = verifier.verify(&scope, tree).await.expect_err("detected");
+    assert_eq!(corrupt_at(error), Some(1));
 }

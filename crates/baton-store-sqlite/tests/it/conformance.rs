@@ -12,7 +12,7 @@ async fn sqlite_store_conforms() {
         let path = dir
             .path()
             .join(format!("store-{}.db", next.fetch_add(1, Ordering::Relaxed)));
-        SqliteStore::open(path).expect("opens")
+        SqliteStore::create(path).expect("creates")
     };
     baton_testkit::store_conformance(fresh).await;
 }

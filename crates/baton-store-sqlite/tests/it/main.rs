@@ -3,5 +3,6 @@
 #![allow(missing_docs)]
 
 mod conformance;
+mod corruption;
 mod engine;
 mod sqlite;

@@ -12,7 +12,7 @@ use baton_run::store::{
     AcquireRequest, Acquired, Append, AppendOutcome, ListFilter, Store, TreeMeta, TreeStatus,
 };
 use baton_run::{Digest, EffectId, Payload, ProcessId, Scope, StartId, Timestamp, TreeId};
-use baton_store_sqlite::{OpenError, SCHEMA_VERSION, SqliteConfig, SqliteStore};
+use baton_store_sqlite::{Creation, OpenError, SCHEMA_VERSION, SqliteConfig, SqliteStore};
 
 fn tree(key: &str) -> TreeId {
     ProcessId::root(&StartId::new("acme", key).expect("valid"))
@@ -92,7 +92,7 @@ fn a_file_that_is_not_a_database_is_refused_and_left_untouched() {
 async fn a_store_with_a_damaged_header_is_refused_and_left_untouched() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("store.db");
-    let store = SqliteStore::open(&path).expect("opens");
+    let store = SqliteStore::create(&path).expect("creates");
     let t = tree("damaged");
     let token = lease(&store, t).await;
     let record = settled(t, 1, Digest::ZERO);
@@ -120,7 +120,7 @@ async fn a_store_with_a_damaged_header_is_refused_and_left_untouched() {
 async fn a_newer_schema_is_refused_and_left_untouched() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("future.db");
-    drop(SqliteStore::open(&path).expect("opens"));
+    drop(SqliteStore::create(&path).expect("creates"));
     {
         let conn = rusqlite::Connection::open(&path).expect("opens");
         conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
@@ -160,7 +160,7 @@ fn a_path_whose_parent_is_a_regular_file_is_refused() {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("plain");
     std::fs::write(&file, b"plain text").expect("writes");
-    let error = SqliteStore::open(file.join("store.db")).expect_err("refused");
+    let error = SqliteStore::create(file.join("store.db")).expect_err("refused");
     match &error {
         OpenError::Path { reason, .. } => assert!(reason.contains("not a directory"), "{reason}"),
         other => panic!("unexpected {other:?}"),
@@ -175,7 +175,7 @@ async fn commits_survive_a_reopen_and_tokens_keep_increasing() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("store.db");
     let t = tree("reopen");
-    let store = SqliteStore::open(&path).expect("opens");
+    let store = SqliteStore::create(&path).expect("creates");
     let token = lease(&store, t).await;
     let records = vec![settled(t, 1, Digest::ZERO)];
     let item = Append {
@@ -200,7 +200,7 @@ async fn commits_survive_a_reopen_and_tokens_keep_increasing() {
 #[tokio::test]
 async fn prune_removes_only_done_trees_older_than_the_retention_point() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let store = SqliteStore::open(dir.path().join("store.db")).expect("opens");
+    let store = SqliteStore::create(dir.path().join("store.db")).expect("creates");
     let big = "x".repeat(50_000);
     for (key, status, updated) in [
         ("old-done", TreeStatus::Done, 10),
@@ -226,6 +226,7 @@ async fn prune_removes_only_done_trees_older_than_the_retention_point() {
         .list(ListFilter::default())
         .await
         .expect("lists")
+        .trees
         .into_iter()
         .map(|m| m.tree)
         .collect();
@@ -273,6 +274,7 @@ async fn a_large_state_that_changes_a_little_is_stored_once_by_digest() {
     let store = SqliteStore::open_with(
         dir.path().join("store.db"),
         SqliteConfig {
+            creation: Creation::New,
             compact: false,
             ..SqliteConfig::default()
         },
@@ -336,7 +338,7 @@ async fn a_large_state_that_changes_a_little_is_stored_once_by_digest() {
 #[tokio::test]
 async fn bytes_written_counts_appended_bodies_and_only_new_pieces_of_a_large_state() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let store = SqliteStore::open(dir.path().join("store.db")).expect("opens");
+    let store = SqliteStore::create(dir.path().join("store.db")).expect("creates");
     assert_eq!(
         store.bytes_written(),
         0,

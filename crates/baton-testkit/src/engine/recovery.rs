@@ -84,7 +84,7 @@ pub(super) async fn a_fresh_engine_recovers_a_tree_from_a_dropped_engine_unless_
         })
         .await
         .expect("lists");
-    assert_eq!(listed.len(), 1);
+    assert_eq!(listed.trees.len(), 1);
     assert!(second.verify(&scope(), tree).await.is_ok());
 }
 
@@ -248,7 +248,11 @@ pub(super) async fn a_tree_recovers_from_its_latest_snapshot_and_the_records_aft
         assert_eq!(handle.signal(note).await, Ok(SignalReceipt::Admitted));
     }
     let tree = handle.tree();
-    let head = first.verify(&scope(), tree).await.expect("verifies");
+    let head = first
+        .verify(&scope(), tree)
+        .await
+        .expect("verifies")
+        .head_seq;
     let load = store.load(tree).await.expect("loads");
     assert!(load.snapshot.is_some(), "a snapshot was written");
     assert!(

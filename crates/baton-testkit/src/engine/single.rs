@@ -8,8 +8,8 @@ use std::time::Duration;
 use baton_run::dispatch::ReplayPolicy;
 use baton_run::log::{RecordKind, Snapshot};
 use baton_run::store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, ListFilter, Store, StoreError, TreeLoad,
-    TreeMeta,
+    AcquireRequest, Acquired, Append, AppendOutcome, ListFilter, Listing, Store, StoreError,
+    TreeLoad,
 };
 use baton_run::{
     BoxFuture, Budget, Cause, ControlError, Engine, EngineConfig, EventKind, FailureKind,
@@ -51,7 +51,8 @@ pub(super) async fn three_dispatches_complete_in_declaration_order_and_the_log_v
     let head = engine
         .verify(&scope(), handle.tree())
         .await
-        .expect("verifies");
+        .expect("verifies")
+        .head_seq;
     let load = store.load(handle.tree()).await.expect("loads");
     assert!(
         load.snapshot.is_none(),
@@ -570,6 +571,10 @@ impl Store for Usurped {
         self.inner.load(tree)
     }
 
+    fn history(&self, tree: TreeId) -> BoxFuture<'_, Result<TreeLoad, StoreError>> {
+        self.inner.history(tree)
+    }
+
     fn append(&self, batch: Vec<Append>) -> BoxFuture<'_, Result<Vec<AppendOutcome>, StoreError>> {
         Box::pin(async move {
             for append in batch
@@ -611,7 +616,7 @@ impl Store for Usurped {
         self.inner.release(tree, token)
     }
 
-    fn list(&self, filter: ListFilter) -> BoxFuture<'_, Result<Vec<TreeMeta>, StoreError>> {
+    fn list(&self, filter: ListFilter) -> BoxFuture<'_, Result<Listing, StoreError>> {
         self.inner.list(filter)
     }
 }

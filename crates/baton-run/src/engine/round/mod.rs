@@ -324,21 +324,32 @@ pub(super) fn history(tree: &TreeState) -> Vec<RecordBody> {
         .collect()
 }
 
-/// Checks a signal for a live process before anything is written:
-/// `Ok(true)` to admit, `Ok(false)` for an identical signal admitted before.
+/// Checks a signal for a process before anything is written: `Ok(true)`
+/// to admit, `Ok(false)` for an identical signal admitted before.
+///
+/// The receipt is checked before the process's liveness: a signal resent
+/// after its acknowledgement was lost is a duplicate even when the signal
+/// itself ended the process (an answer that completed a gate), and the same
+/// id with other content is still refused.
 pub(super) fn check_signal(
     tree: &TreeState,
     programs: &BTreeMap<ProcessId, Program>,
     process: ProcessId,
     signal: &Signal,
 ) -> Result<bool, SignalError> {
-    let Some(p) = tree
-        .processes
-        .get(&process)
-        .filter(|p| p.termination.is_none())
-    else {
+    let Some(p) = tree.processes.get(&process) else {
         return Err(SignalError::Terminated { process });
     };
+    if signal.id.is_engine() {
+        return Err(SignalError::Rejected(Failure::contract(
+            "engine.signal.reserved",
+            format!(
+                "signal id {} uses the prefix {}, which is reserved for the engine's own signals",
+                signal.id,
+                crate::ids::SignalId::ENGINE_PREFIX
+            ),
+        )));
+    }
     if let Some(digest) = p.receipts.get(&signal.id) {
         return if *digest == signal_digest(signal) {
             Ok(false)
@@ -347,6 +358,9 @@ pub(super) fn check_signal(
                 id: signal.id.clone(),
             })
         };
+    }
+    if p.termination.is_some() {
+        return Err(SignalError::Terminated { process });
     }
     let SignalBody::Input { payload } = &signal.body else {
         return Err(SignalError::Rejected(Failure::contract(
@@ -382,6 +396,44 @@ pub(super) fn check_signal(
         });
     }
     Ok(true)
+}
+
+/// The process that opened `wait`, whether it is open or answered.
+pub(super) fn waiter(tree: &TreeState, wait: crate::ids::WaitId) -> Option<ProcessId> {
+    tree.processes
+        .iter()
+        .find(|(_, p)| p.waits.contains_key(&wait) || p.answered.contains(&wait))
+        .map(|(id, _)| *id)
+}
+
+/// Why an answer found no process that opened its wait.
+pub(super) fn no_waiter(tree: &TreeState, request: &super::SignalRequest) -> SignalError {
+    match request.wait {
+        Some(wait) => SignalError::UnknownWait {
+            process: tree.root,
+            wait,
+        },
+        None => SignalError::Rejected(Failure::contract(
+            "engine.signal.rejected",
+            "an answer names the wait it answers",
+        )),
+    }
+}
+
+/// The receipt of a signal admitted before (a duplicate, or the same id
+/// with other content), or a refusal of an engine-reserved id, judged from
+/// committed state alone; `None` when the signal was never admitted. For a
+/// tree no writer runs any more (finished, or taken up elsewhere).
+pub(super) fn receipt(
+    tree: &TreeState,
+    process: ProcessId,
+    signal: &Signal,
+) -> Option<Result<bool, SignalError>> {
+    let p = tree.processes.get(&process)?;
+    if signal.id.is_engine() || p.receipts.contains_key(&signal.id) {
+        return Some(check_signal(tree, &BTreeMap::new(), process, signal));
+    }
+    None
 }
 
 /// Whether a dispatch's meter reservation fits its process's budget; the

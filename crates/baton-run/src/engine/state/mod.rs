@@ -14,15 +14,17 @@ use crate::clock::Timestamp;
 use crate::descriptor::Schema;
 use crate::digest::Digest;
 use crate::failure::{Cause, Failure, Status, Termination};
-use crate::ids::{ChildKey, EffectId, Name, ProcessId, SignalId, StartId, TreeId, WaitId};
+use crate::ids::{ChildKey, EffectId, Name, ProcessId, SignalId, StartId, WaitId};
 use crate::log::{Delivery, RecordBody};
 use crate::payload::Payload;
 use crate::protocol::{
     ChildOutcome, Effect, ExecutionState, ProgramRef, Settlement, Signal, SignalBody, Transition,
 };
-use crate::storage::{TreeLoad, TreeStatus};
+use crate::storage::TreeStatus;
 
-use super::error::TreeError;
+mod fold;
+
+pub(super) use fold::{fold, verify_history};
 
 /// The committed state of a whole tree.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -879,44 +881,4 @@ pub(crate) fn ending_failure(cause: Cause, reason: &str) -> Failure {
             Failure::execution("engine.terminated", reason.to_owned())
         }
     }
-}
-
-/// Folds a stored tree: verifies the chain from the snapshot head, decodes
-/// the snapshot and applies the records after it.
-pub(super) fn fold(tree: TreeId, load: &TreeLoad) -> Result<(TreeState, u64, Digest), TreeError> {
-    let corrupt = |message: String| TreeError::Corrupt { tree, message };
-    let (start_seq, start_head, mut state) = match &load.snapshot {
-        Some(snapshot) => {
-            let state: TreeState = serde_json::from_slice(&snapshot.state).map_err(|error| {
-                corrupt(format!(
-                    "snapshot at {} does not decode: {error}",
-                    snapshot.seq
-                ))
-            })?;
-            (snapshot.seq, snapshot.head, Some(state))
-        }
-        None => (0, Digest::ZERO, None),
-    };
-    let (mut head_seq, mut head) = (start_seq, start_head);
-    for record in &load.records {
-        // Each record is checked against the chain and decoded once.
-        let body = crate::log::check(head_seq, head, record)
-            .map_err(|error| corrupt(error.to_string()))?;
-        (head_seq, head) = (record.seq, record.hash);
-        let folded = match &mut state {
-            None => state.insert(TreeState::started(&body).map_err(|e| corrupt(e.to_string()))?),
-            Some(state) => {
-                state
-                    .apply(&body)
-                    .map_err(|error| corrupt(format!("record {}: {error}", record.seq)))?;
-                state
-            }
-        };
-        folded.history_bytes += record.body.len() as u64;
-    }
-    let state = state.ok_or(TreeError::NotFound { tree })?;
-    if state.root != tree {
-        return Err(corrupt(format!("log names root {}", state.root)));
-    }
-    Ok((state, head_seq, head))
 }
