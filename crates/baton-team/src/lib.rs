@@ -174,6 +174,23 @@ pub enum ConfigError {
     },
 }
 
+impl ConfigError {
+    /// Stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ConfigError::Descriptor(_) => "team.config.descriptor",
+            ConfigError::NoWorkers => "team.config.no_workers",
+            ConfigError::DuplicateWorker { .. } => "team.config.duplicate_worker",
+            ConfigError::CoordinatorContract { .. } => "team.config.coordinator_contract",
+            ConfigError::ZeroMaxTurns => "team.config.max_turns",
+            ConfigError::ZeroMaxConcurrentTasks => "team.config.max_concurrent_tasks",
+            ConfigError::ZeroMaxControlsPerTurn => "team.config.max_controls_per_turn",
+            ConfigError::Build => "team.config.build",
+            ConfigError::Encode { .. } => "team.config.encode",
+        }
+    }
+}
+
 /// Everything the configuration digest covers.
 #[derive(Serialize)]
 struct Digested<'a> {

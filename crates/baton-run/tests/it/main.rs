@@ -1,9 +1,10 @@
 //! The kernel's integration tests, one binary: engine behaviour, recovery,
-//! trees, stores, payloads, schemas and the payload writer.
+//! trees, limits, stores, payloads, schemas and the payload writer.
 #![allow(missing_docs)]
 
 mod conformance;
 mod engine;
+mod limits;
 mod payload;
 mod recovery;
 mod schema;

@@ -885,3 +885,129 @@ fn restore_accepts_a_waiting_turn_only_as_the_wait_rule_produces_it() {
         assert_eq!(error.failure().code(), "team.state.invalid", "{what}");
     }
 }
+
+/// A team restored at the last turn number its counter holds cannot open
+/// another turn: it fails with `engine.counter.exhausted`, classified, not
+/// with an overflow.
+#[test]
+fn the_turn_after_the_last_countable_turn_fails_with_the_counter_exhausted() {
+    let team = team();
+    let last = u64::MAX;
+    let mut run = team
+        .definition()
+        .restore(&ExecutionState(payload(json!({
+            "turn": {"number": last, "state": 7, "coordinator": child(&format!("team.turn.{last}"))},
+        }))))
+        .expect("a turn in progress restores");
+    let decision = Decision::new(Mode::Continue, payload(json!(7)));
+    let Err(error) = run.step(&[ready(vec![decided(last, &decision)])]) else {
+        panic!("a turn past the counter was opened");
+    };
+    assert_eq!(error.failure().code(), "engine.counter.exhausted");
+    assert_eq!(error.failure().kind, baton_run::FailureKind::Execution);
+}
+
+/// A refused start of the coordinator fails the team with the refusal's
+/// own failure, code included.
+#[test]
+fn a_refused_coordinator_start_fails_the_team_with_the_refusal_s_code() {
+    let team = team();
+    let mut run = team.definition().start(&payload(json!(7))).expect("starts");
+    run.step(&[]).expect("turn 1 opens");
+    let Err(error) = run.step(&[started("team.turn.1", true)]) else {
+        panic!("a refused coordinator start was accepted");
+    };
+    assert_eq!(error.failure().code(), "engine.child.tree_limit");
+}
+
+/// Every way a team configuration can be wrong is refused when the team is
+/// compiled, each with its own code.
+#[test]
+fn a_wrong_team_configuration_is_refused_with_its_code() {
+    let config = || Config {
+        name: "test.team".into(),
+        description: "A team.".into(),
+        coordinator: Binding::new(&policy("config 1", |turn| {
+            Ok(Decision::new(Mode::Continue, turn.state.clone()))
+        })),
+        workers: vec![Binding::new(&worker_program("w.num", Schema::of::<i64>()))],
+        max_turns: Quota::Unlimited,
+        max_tasks: Quota::Finite(5),
+        max_concurrent_tasks: 3,
+        max_controls_per_turn: 2,
+    };
+    let code = |config: Config| {
+        compile::<u32, String>(config)
+            .map(|_| ())
+            .expect_err("refused")
+            .code()
+    };
+    assert!(compile::<u32, String>(config()).is_ok());
+    assert_eq!(
+        code(Config {
+            workers: Vec::new(),
+            ..config()
+        }),
+        "team.config.no_workers"
+    );
+    assert_eq!(
+        code(Config {
+            workers: vec![
+                Binding::new(&worker_program("w.num", Schema::of::<i64>())),
+                Binding::new(&worker_program("w.num", Schema::of::<String>())),
+            ],
+            ..config()
+        }),
+        "team.config.duplicate_worker"
+    );
+    assert_eq!(
+        code(Config {
+            coordinator: Binding::new(&worker_program("not.a.coordinator", Schema::of::<i64>())),
+            ..config()
+        }),
+        "team.config.coordinator_contract"
+    );
+    assert_eq!(
+        code(Config {
+            max_turns: Quota::Finite(0),
+            ..config()
+        }),
+        "team.config.max_turns"
+    );
+    assert_eq!(
+        code(Config {
+            max_concurrent_tasks: 0,
+            ..config()
+        }),
+        "team.config.max_concurrent_tasks"
+    );
+    assert_eq!(
+        code(Config {
+            max_controls_per_turn: 0,
+            ..config()
+        }),
+        "team.config.max_controls_per_turn"
+    );
+    assert_eq!(
+        code(Config {
+            name: "Not A Name".into(),
+            ..config()
+        }),
+        "team.config.descriptor"
+    );
+}
+
+#[test]
+fn a_policy_without_a_build_identity_is_refused_with_its_code() {
+    let error = baton_team::Policy::new(baton_team::PolicyConfig {
+        name: "test.policy".into(),
+        description: "A policy.".into(),
+        build: String::new(),
+        settings: Payload::null(),
+        decide: Arc::new(|turn: &baton_team::Turn| {
+            Ok(Decision::new(Mode::Continue, turn.state.clone()))
+        }),
+    })
+    .expect_err("an empty build is refused");
+    assert_eq!(error.code(), "team.config.build");
+}
