@@ -3,7 +3,8 @@
 //! `cargo xtask ci` is the single definition of CI: it runs every check the project has, in
 //! order, and summarizes the failures. `cargo xtask tidy` runs only the architecture and hygiene
 //! checks of [`tidy`], which plain `cargo test` also enforces through a test in that module.
-//! `cargo xtask bench` runs the benchmark workloads (`baton-bench`) in release mode.
+//! `cargo xtask bench` runs the benchmark workloads (`baton-bench`) in release mode;
+//! `cargo xtask fuzz` and `cargo xtask soak` run the fuzz tests and the SIGKILL tests long.
 //! See `docs/development.md` for what each step does and `docs/performance.md` for the bench.
 
 mod ci;
@@ -26,6 +27,10 @@ commands:
   tidy           run the tidy checks (dependency edges, crate docs, ignored tests, manifests)
   bench [ARG...] run the benchmark workloads in release mode, passing ARGs to baton-bench
                  (`cargo xtask bench -- --help` lists them)
+  fuzz [CASES]   run every fuzz test (`fuzz_*`) in release mode with CASES inputs per
+                 decoder (default 1000000; the normal test run uses a few hundred)
+  soak [ROUNDS]  run the SIGKILL tests in release mode with ROUNDS rounds of kills each
+                 (default 84, about 1000 kills of the kernel's test; the test run uses 1)
   help           print this text";
 
 fn main() -> ExitCode {
@@ -54,6 +59,24 @@ fn run() -> Result<ExitCode> {
             tidy_command(&workspace_root()?)
         }
         "bench" => bench_command(&workspace_root()?, rest),
+        "fuzz" => long_tests(
+            &workspace_root()?,
+            LongTests {
+                filter: "test(/fuzz_/)",
+                variable: "BATON_FUZZ_CASES",
+                default: "1000000",
+            },
+            rest,
+        ),
+        "soak" => long_tests(
+            &workspace_root()?,
+            LongTests {
+                filter: "test(/sigkill/)",
+                variable: "BATON_SOAK_ROUNDS",
+                default: "84",
+            },
+            rest,
+        ),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             Ok(ExitCode::SUCCESS)
@@ -87,6 +110,51 @@ fn bench_command(root: &Path, args: &[String]) -> Result<ExitCode> {
         .args(args)
         .status()
         .with_context(|| format!("failed to run `{} run`", cargo.to_string_lossy()))?;
+    Ok(if status.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// A set of tests run long: the tests a filter selects, with their size in
+/// an environment variable.
+struct LongTests {
+    /// The nextest filter expression selecting the tests.
+    filter: &'static str,
+    /// The variable the tests read their size from.
+    variable: &'static str,
+    /// The size when none is given.
+    default: &'static str,
+}
+
+/// Runs `cargo nextest run --release --workspace -E FILTER` with the size
+/// set (the only argument, else the default), and passes its status on.
+fn long_tests(root: &Path, tests: LongTests, args: &[String]) -> Result<ExitCode> {
+    let size = match args {
+        [] => tests.default.to_owned(),
+        [size] if size.parse::<u64>().is_ok_and(|n| n > 0) => size.clone(),
+        _ => bail!("expected one positive number at most\n\n{USAGE}"),
+    };
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    println!("running {} with {}={size}", tests.filter, tests.variable);
+    let status = Command::new(&cargo)
+        .current_dir(root)
+        .args([
+            "nextest",
+            "run",
+            "--release",
+            "--locked",
+            "--workspace",
+            "--no-fail-fast",
+            "--success-output",
+            "final",
+            "-E",
+            tests.filter,
+        ])
+        .env(tests.variable, &size)
+        .status()
+        .with_context(|| format!("failed to run `{} nextest`", cargo.to_string_lossy()))?;
     Ok(if status.success() {
         ExitCode::SUCCESS
     } else {

@@ -729,3 +729,56 @@ pub(crate) fn prune(conn: &Connection, older_than: Timestamp) -> Result<usize, S
     }
     Ok(keys.len())
 }
+
+/// Fuzzing the decoders of stored rows (see `baton_testkit::fuzz`): chunk
+/// manifests, digests, statuses, record kinds, scopes and tree ids, as a
+/// damaged file may hold them. Each decodes or is a classified
+/// `StoreError`; none panics.
+#[cfg(test)]
+mod fuzz {
+    use baton_testkit::fuzz;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #![proptest_config(fuzz::config())]
+
+        #[test]
+        fn fuzz_chunk_manifests(bytes in fuzz::bytes(vec![vec![0x81, 0x01, 0x7f, 0xff, 0xff, 0x03]])) {
+            if let Some(ids) = chunk::read_varints(&bytes) {
+                let mut again = Vec::new();
+                for id in &ids {
+                    chunk::put_varint(&mut again, *id);
+                }
+                prop_assert_eq!(chunk::read_varints(&again), Some(ids));
+            }
+        }
+
+        #[test]
+        fn fuzz_row_fields(
+            bytes in fuzz::bytes(vec![vec![7; 32], b"needs_attention".to_vec()]),
+            text in fuzz::text(vec!["acme/alice".to_owned(), "waiting".to_owned(), "step_adopted".to_owned(), "p_0123456789abcdef0123456789abcdef".to_owned()]),
+            number in any::<i64>(),
+        ) {
+            let refused = |error: &StoreError| matches!(error, StoreError::Corrupt { .. });
+            if let Err(error) = digest(&bytes) {
+                prop_assert!(refused(&error), "{error}");
+            }
+            if let Err(error) = parse_status(&text) {
+                prop_assert!(refused(&error), "{error}");
+            }
+            if let Err(error) = parse_kind(&text) {
+                prop_assert!(refused(&error), "{error}");
+            }
+            if let Err(error) = uint(number) {
+                prop_assert!(refused(&error), "{error}");
+            }
+            if let Ok(tree) = text.parse::<TreeId>()
+                && let Err(error) = meta_of(tree, Some(text.clone()), Some(text.clone()), Some(number))
+            {
+                prop_assert!(refused(&error), "{error}");
+            }
+        }
+    }
+}

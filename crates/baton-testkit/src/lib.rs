@@ -7,7 +7,8 @@
 //! given record kind, as a crash would, [`store_conformance`], the suite
 //! every [`Store`](baton_run::store::Store) implementation calls from its tests, and
 //! [`engine_conformance`], the engine's scenarios run on such a store, with
-//! the test [`programs`] they drive.
+//! the test [`programs`] they drive, and the strategies of the stable
+//! toolchain's [`fuzz`] tests.
 //!
 //! Depend on it from tests (`[dev-dependencies]`). It knows only `baton-run`;
 //! it knows nothing of particular strategies or store backends.
@@ -18,6 +19,7 @@ mod conformance;
 mod dispatcher;
 mod engine;
 mod fault;
+pub mod fuzz;
 pub mod programs;
 mod store;
 

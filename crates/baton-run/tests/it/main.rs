@@ -4,6 +4,7 @@
 
 mod conformance;
 mod engine;
+mod fuzz;
 mod limits;
 mod payload;
 mod recovery;

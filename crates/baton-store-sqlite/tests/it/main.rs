@@ -1,5 +1,6 @@
 //! The SQLite store's integration tests, one binary: the store and engine
-//! conformance kits, and what only a file-backed store can show.
+//! conformance kits, the corruption matrix and file fuzzing, and what only
+//! a file-backed store can show.
 #![allow(missing_docs)]
 
 mod conformance;

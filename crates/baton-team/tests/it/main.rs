@@ -4,6 +4,7 @@
 #![allow(missing_docs)]
 
 mod common;
+mod fuzz;
 mod policy_identity;
 mod policy_memo;
 mod scenarios;

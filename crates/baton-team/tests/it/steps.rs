@@ -146,6 +146,11 @@ fn start_task_a(run: &mut dyn baton_run::program::Execution) {
     run.step(&[started("a", false)]).expect("started");
 }
 
+/// The stepped team, for the fuzz tests.
+pub(crate) fn team_for_fuzzing() -> Program<u32, String> {
+    team()
+}
+
 fn team() -> Program<u32, String> {
     compile::<u32, String>(Config {
         name: "test.team".into(),
