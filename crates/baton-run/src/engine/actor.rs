@@ -979,6 +979,7 @@ impl Actor {
         if !self.released {
             let _ = self.engine.store.release(self.tree, self.owner.token).await;
         }
+        self.engine.forget(self.tree, self.owner.token);
         self.owner.outcome.modify(|o| o.finished = true);
         self.close_door();
         keep_staged(std::mem::take(&mut self.staged));
@@ -992,6 +993,7 @@ impl Actor {
 
     async fn close(&mut self, reply: oneshot::Sender<()>) {
         let _ = self.engine.store.release(self.tree, self.owner.token).await;
+        self.engine.forget(self.tree, self.owner.token);
         self.stop(RuntimeError::Closed { tree: self.tree });
         let _ = reply.send(());
     }

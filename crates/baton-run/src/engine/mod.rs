@@ -105,6 +105,23 @@ pub enum SignalReceipt {
     Duplicate,
 }
 
+/// A tree locked for a start or a take-up in one engine; dropping it lets
+/// the next waiting call in.
+struct TreeGuard<'a> {
+    engine: &'a EngineInner,
+    tree: TreeId,
+    done: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for TreeGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut guards) = self.engine.guards.lock() {
+            guards.remove(&self.tree);
+        }
+        self.done.notify_waiters();
+    }
+}
+
 /// What [`Engine::verify`] checked of a tree.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Verification {
@@ -147,10 +164,11 @@ pub(crate) struct EngineInner {
     limits: TreeLimits,
     sleep: Sleep,
     trees: Mutex<BTreeMap<TreeId, Weak<TreeShared>>>,
-    /// One lock per tree, held while the tree is started or taken up, so
-    /// concurrent calls on one tree in this engine share one owner instead
-    /// of racing each other to the store.
-    guards: Mutex<BTreeMap<TreeId, Weak<tokio::sync::Mutex<()>>>>,
+    /// The trees being started or taken up right now, each with the signal
+    /// its guard gives when it is done, so concurrent calls on one tree in
+    /// this engine share one owner instead of racing each other to the
+    /// store.
+    guards: Mutex<BTreeMap<TreeId, Arc<tokio::sync::Notify>>>,
     /// The lease tokens this engine holds, by tree, including those of
     /// trees no longer in memory, so `close` can release every one.
     leases: Mutex<BTreeMap<TreeId, u64>>,
@@ -198,28 +216,42 @@ impl EngineInner {
         self.registry.get(digest).cloned()
     }
 
-    /// Locks `tree` for a start or a take-up in this engine.
-    async fn guard(&self, tree: TreeId) -> tokio::sync::OwnedMutexGuard<()> {
-        let lock = {
-            let mut guards = self
-                .guards
+    /// Locks `tree` for a start or a take-up in this engine, waiting while
+    /// another call holds it.
+    async fn guard(&self, tree: TreeId) -> TreeGuard<'_> {
+        let lock = || {
+            self.guards
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            match guards.get(&tree).and_then(Weak::upgrade) {
-                Some(lock) => lock,
-                None => {
-                    // Forget the locks nobody holds now and then, so the
-                    // map stays as large as the trees in use.
-                    if guards.len() % 1024 == 1023 {
-                        guards.retain(|_, lock| lock.strong_count() > 0);
-                    }
-                    let lock = Arc::new(tokio::sync::Mutex::new(()));
-                    guards.insert(tree, Arc::downgrade(&lock));
-                    lock
-                }
-            }
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
         };
-        lock.lock_owned().await
+        loop {
+            let done = {
+                let mut guards = lock();
+                match guards.get(&tree) {
+                    Some(done) => done.clone(),
+                    None => {
+                        let done = Arc::new(tokio::sync::Notify::new());
+                        guards.insert(tree, done.clone());
+                        return TreeGuard {
+                            engine: self,
+                            tree,
+                            done,
+                        };
+                    }
+                }
+            };
+            let released = done.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            // The holder may have let go before the wait was registered:
+            // look again before sleeping.
+            let held = lock()
+                .get(&tree)
+                .is_some_and(|current| Arc::ptr_eq(current, &done));
+            if held {
+                released.await;
+            }
+        }
     }
 
     /// Notes a lease this engine now holds.
