@@ -7,7 +7,7 @@ use std::sync::Arc;
 use baton_run::dispatch::{DispatchCall, Dispatcher, ReplayPolicy};
 use baton_run::program::{
     Boundary, Condition, Definition, Descriptor, DescriptorError, Effect, Execution,
-    ExecutionState, ProgramConfig, Schema, Signal, SignalBody, StepError, Transition,
+    ExecutionState, Grant, ProgramConfig, Schema, Signal, SignalBody, StepError, Transition,
     configuration_digest, implementation_digest,
 };
 use baton_run::{
@@ -750,6 +750,7 @@ impl Run {
                 input: arguments,
                 budget: tool.budget.clone(),
                 capabilities: tool.capabilities.clone(),
+                grant: Grant::Clipped,
             });
             keys.push(key.clone());
             slots.push(Slot {
