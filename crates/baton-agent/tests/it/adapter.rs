@@ -317,7 +317,7 @@ fn typed_output_requires_stop_and_no_refusal() {
     let cut = Response::new(
         Message::assistant(json),
         FinishReason::Length,
-        Usage::default(),
+        Some(Usage::default()),
     )
     .expect("valid");
     assert_eq!(
@@ -331,7 +331,7 @@ fn typed_output_requires_stop_and_no_refusal() {
         )
         .expect("valid"),
         FinishReason::Stop,
-        Usage::default(),
+        Some(Usage::default()),
     )
     .expect("valid");
     assert!(output::decode::<Verdict>(&refused).is_err());
