@@ -460,7 +460,7 @@ pub async fn run_with(
     let answer = handle.output().await?;
     handle.join().await?;
     let view = engine
-        .inspect(&handle.scope(), handle.tree(), Visibility::Public)
+        .inspect(handle.scope(), handle.tree(), Visibility::Public)
         .await?;
     let calls = |program: &str| {
         view.processes
