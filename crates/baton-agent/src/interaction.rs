@@ -4,15 +4,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use baton_run::dispatch::{DispatchCall, Dispatcher, ReplayPolicy};
 use baton_run::program::{
     Boundary, Condition, Definition, Descriptor, DescriptorError, Effect, Execution,
     ExecutionState, Grant, ProgramConfig, Schema, Signal, SignalBody, StepError, Transition,
     configuration_digest, implementation_digest,
 };
 use baton_run::{
-    BoxFuture, Budget, Capabilities, ChildKey, Failure, FailureKind, Payload, Program, Settlement,
-    SignalId, Status, Termination,
+    Budget, Capabilities, ChildKey, Failure, Payload, Program, Settlement, SignalId, Status,
+    Termination,
 };
 use baton_workflow::ACTIVITY_DENIED;
 use schemars::JsonSchema;
@@ -22,8 +21,9 @@ use crate::chat::{
     ChatError, FinishReason, Message, Options, Request, Response, ToolCall, ToolChoice, ToolResult,
     ToolSpec, check_conversation, valid_tool_name,
 };
-use crate::cost::{Price, charge, input_bound, reservation};
-use crate::model::{ChatModel, Delta, ModelError, ModelIdentity};
+use crate::cost::{Price, input_bound, reservation};
+use crate::dispatcher::ModelDispatcher;
+use crate::model::{ChatModel, ModelIdentity};
 use crate::tool::{Tool, object_schema};
 
 /// How many tool calls of one model answer run at once unless configured.
@@ -970,94 +970,5 @@ impl Execution for Run {
 
     fn snapshot(&self) -> Result<ExecutionState, StepError> {
         ExecutionState::encode(&self.state)
-    }
-}
-
-/// Executes model calls: decodes the frozen [`ModelCall`], streams it
-/// through the model (deltas become engine events), and settles with the
-/// response, charging the reported input and output tokens (and their cost
-/// at the model's price), or the whole reservation when the provider
-/// reported no usage. A failed call settles with the classified failure of
-/// its [`ModelError`]. Replay policy `Never`: a call lost in a crash
-/// becomes an unknown effect.
-pub struct ModelDispatcher {
-    model: Arc<dyn ChatModel>,
-    price: Option<Price>,
-    max_response_bytes: usize,
-}
-
-impl ModelDispatcher {
-    /// A dispatcher over `model`, refusing responses larger than `max_response_bytes`.
-    pub fn new(model: Arc<dyn ChatModel>, max_response_bytes: usize) -> ModelDispatcher {
-        ModelDispatcher {
-            price: model.price(),
-            model,
-            max_response_bytes,
-        }
-    }
-}
-
-impl Dispatcher for ModelDispatcher {
-    fn replay_policy(&self, _request: &Payload) -> ReplayPolicy {
-        ReplayPolicy::Never
-    }
-
-    fn dispatch(&self, call: DispatchCall) -> BoxFuture<'static, Settlement> {
-        let model = self.model.clone();
-        let limit = self.max_response_bytes;
-        let price = self.price;
-        Box::pin(async move {
-            let model_call: ModelCall = match call.request.decode() {
-                Ok(model_call) => model_call,
-                Err(error) => {
-                    return Settlement::failed(
-                        ModelError::Request(format!("not a model call: {error}")).failure(),
-                    );
-                }
-            };
-            let deltas = call.deltas.clone();
-            let on_delta = move |delta: Delta| {
-                if let Ok(payload) = Payload::encode(&delta) {
-                    deltas.emit(payload);
-                }
-            };
-            let mut cancel = call.cancel.clone();
-            let result = tokio::select! {
-                result = model.stream(model_call.request, &on_delta) => result,
-                () = cancel.canceled() => {
-                    return Settlement::failed(Failure::new(
-                        FailureKind::External,
-                        "interaction.model.canceled",
-                        "the model call was canceled",
-                    ));
-                }
-            };
-            let response = match result {
-                Ok(response) => response,
-                Err(error) => return Settlement::failed(error.failure()),
-            };
-            let output = match Payload::encode(&response) {
-                Ok(output) if output.len() <= limit => output,
-                Ok(_) | Err(baton_run::PayloadError::TooLarge { .. }) => {
-                    return Settlement::failed(ModelError::TooLarge { limit }.failure());
-                }
-                Err(error) => {
-                    return Settlement::failed(
-                        ModelError::Malformed(format!("the response does not encode: {error}"))
-                            .failure(),
-                    );
-                }
-            };
-            if response.usage().is_none() {
-                tracing::warn!(
-                    effect = %call.effect,
-                    "the provider reported no usage; the call is charged its whole reservation"
-                );
-            }
-            Settlement::Succeeded {
-                output,
-                usage: charge(response.usage().as_ref(), price.as_ref(), &call.reserve),
-            }
-        })
     }
 }

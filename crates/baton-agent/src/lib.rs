@@ -44,6 +44,7 @@
 mod adapter;
 mod chat;
 mod cost;
+mod dispatcher;
 mod interaction;
 mod model;
 pub mod output;
@@ -67,10 +68,11 @@ pub use cost::{
     COST_MICROS, MEDIA_TOKENS, Price, PriceTable, TOKENS, TOKENS_IN, TOKENS_OUT, TOOLS_TOKENS,
     input_bound,
 };
+pub use dispatcher::ModelDispatcher;
 pub use interaction::{
     Config as InteractionConfig, ConfigError as InteractionConfigError,
     DEFAULT_MAX_CONCURRENT_TOOL_CALLS, DEFAULT_MAX_RESPONSE_BYTES, Input as InteractionInput,
-    Interaction, ModelCall, ModelDispatcher, Output as InteractionOutput, Steering, Validator,
+    Interaction, ModelCall, Output as InteractionOutput, Steering, Validator,
 };
 pub use model::{ChatModel, Delta, DeltaFn, ModelError, ModelIdentity};
 pub use output::OutputError;
