@@ -337,3 +337,19 @@ fn typed_output_requires_stop_and_no_refusal() {
     assert!(output::decode::<Verdict>(&refused).is_err());
     assert!(output::decode::<Verdict>(&Response::text(json)).is_ok());
 }
+
+#[test]
+fn duplicate_keys_in_a_models_json_answer_are_refused_as_invalid_output() {
+    let duplicated = Response::text(r#"{"approve":true,"reason":"fine","approve":false}"#);
+    let refused = output::decode::<Verdict>(&duplicated).expect_err("refused");
+    assert_eq!(refused.code(), "chat.output.invalid");
+    match refused {
+        OutputError::Invalid { reason, raw } => {
+            assert!(reason.contains("duplicate"), "{reason}");
+            assert!(raw.contains(r#""approve":false"#), "the raw text is kept");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let once = Response::text(r#"{"approve":true,"reason":"fine"}"#);
+    assert!(output::decode::<Verdict>(&once).expect("decodes").approve);
+}
