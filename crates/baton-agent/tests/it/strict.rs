@@ -105,8 +105,16 @@ fn a_strict_answer_maps_back_to_a_value_of_the_type() {
         "an absent `note` was written as null; a nullable weight keeps its null"
     );
     let decoded: Everything = serde_json::from_value(restored).expect("decodes");
+    assert_eq!((decoded.name.as_str(), decoded.count), ("a", 1));
+    assert!(matches!(decoded.kind, Kind::File) && decoded.children.is_empty());
     assert!(decoded.note.is_none());
-    assert_eq!(decoded.nested.map(|nested| nested.weight), Some(None));
+    assert_eq!(
+        decoded.nested.map(|nested| (nested.label, nested.weight)),
+        Some(("l".to_owned(), None))
+    );
+    let folder: Kind =
+        serde_json::from_value(json!({"type": "folder", "items": 2})).expect("a kind");
+    assert!(matches!(folder, Kind::Folder { items: 2 }));
     let unmapped = json!({
         "name": "a", "count": 1, "kind": {"type": "file"}, "nested": null, "children": [], "note": null
     });

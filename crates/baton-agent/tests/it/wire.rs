@@ -20,8 +20,10 @@ pub enum Reply {
     /// the connection closes.
     Events(Vec<String>),
     /// An event stream whose connection is reset after these frames.
+    #[cfg_attr(not(feature = "openai"), allow(dead_code))]
     Reset(Vec<String>),
     /// Never answers.
+    #[cfg_attr(not(feature = "openai"), allow(dead_code))]
     Hang,
 }
 
@@ -142,6 +144,7 @@ async fn write_events(stream: &mut TcpStream, frames: Vec<String>) {
 }
 
 /// An SSE frame carrying `data` (one `data:` line per line of it).
+#[cfg_attr(not(feature = "openai"), allow(dead_code))]
 pub fn data(data: &str) -> String {
     let mut frame: String = data.lines().map(|line| format!("data: {line}\n")).collect();
     frame.push('\n');
@@ -149,6 +152,7 @@ pub fn data(data: &str) -> String {
 }
 
 /// An SSE frame with an event name.
+#[cfg_attr(not(feature = "anthropic"), allow(dead_code))]
 pub fn event(name: &str, data: &Value) -> String {
     format!("event: {name}\ndata: {data}\n\n")
 }
