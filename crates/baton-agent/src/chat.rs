@@ -528,14 +528,24 @@ pub enum FinishReason {
     Other,
 }
 
-/// Tokens a call used.
+/// Tokens a call used, as the provider reported them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Usage {
-    /// Prompt tokens.
+    /// Prompt tokens, cached ones included.
     pub input_tokens: u64,
-    /// Generated tokens.
+    /// Generated tokens, reasoning included.
     pub output_tokens: u64,
+    /// Of the prompt tokens, those read from the provider's prompt cache.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cached_input_tokens: u64,
+    /// Of the generated tokens, those spent reasoning.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -544,16 +554,18 @@ struct RawResponse {
     message: Message,
     finish_reason: FinishReason,
     #[serde(default)]
-    usage: Usage,
+    usage: Option<Usage>,
 }
 
-/// A model's answer: an assistant message, why it stopped, and the tokens it used.
+/// A model's answer: an assistant message, why it stopped, and the tokens
+/// it used when the provider reported them (absent: usage unknown).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(try_from = "RawResponse", deny_unknown_fields)]
 pub struct Response {
     message: Message,
     finish_reason: FinishReason,
-    usage: Usage,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    usage: Option<Usage>,
 }
 
 impl TryFrom<RawResponse> for Response {
@@ -564,11 +576,12 @@ impl TryFrom<RawResponse> for Response {
 }
 
 impl Response {
-    /// A validated response: the message must be the assistant's.
+    /// A validated response: the message must be the assistant's. `usage`
+    /// is `None` when the provider did not report it.
     pub fn new(
         message: Message,
         finish_reason: FinishReason,
-        usage: Usage,
+        usage: Option<Usage>,
     ) -> Result<Response, ChatError> {
         if message.role != Role::Assistant {
             return Err(ChatError::Response(format!(
@@ -583,27 +596,56 @@ impl Response {
         })
     }
 
-    /// A plain text answer that stopped naturally, with no usage.
+    /// A plain text answer that stopped naturally, reporting zero usage.
     pub fn text(text: impl Into<String>) -> Response {
         Response {
             message: Message::assistant(text),
             finish_reason: FinishReason::Stop,
-            usage: Usage::default(),
+            usage: Some(Usage::default()),
         }
     }
 
-    /// An answer asking for tool calls, with no usage.
+    /// An answer asking for tool calls, reporting zero usage.
     pub fn calls(calls: Vec<ToolCall>) -> Result<Response, ChatError> {
         Response::new(
             Message::tool_calls(None, calls)?,
             FinishReason::ToolCalls,
-            Usage::default(),
+            Some(Usage::default()),
         )
     }
 
-    /// The same response with usage.
+    /// The same response with reported usage.
     pub fn with_usage(mut self, usage: Usage) -> Response {
-        self.usage = usage;
+        self.usage = Some(usage);
+        self
+    }
+
+    /// The same response with its usage unknown (not reported).
+    pub fn without_usage(mut self) -> Response {
+        self.usage = None;
+        self
+    }
+
+    /// The same response with another text (for a provider that maps its
+    /// wire answer back, such as strict-mode nulls to absent members); the
+    /// text parts are replaced by one part holding `text`.
+    #[cfg(feature = "openai")]
+    pub(crate) fn with_text(mut self, text: String) -> Response {
+        let mut parts: Vec<Part> = self
+            .message
+            .parts
+            .into_iter()
+            .filter(|part| !matches!(part, Part::Text { .. }))
+            .collect();
+        let at = parts
+            .iter()
+            .position(|part| !matches!(part, Part::Reasoning { .. }))
+            .unwrap_or(parts.len());
+        parts.insert(at, Part::Text { text });
+        self.message = Message {
+            role: self.message.role,
+            parts,
+        };
         self
     }
 
@@ -617,8 +659,9 @@ impl Response {
         self.finish_reason
     }
 
-    /// Tokens used.
-    pub fn usage(&self) -> Usage {
+    /// Tokens used, or `None` when the provider did not report them (a
+    /// call is then charged its whole reservation).
+    pub fn usage(&self) -> Option<Usage> {
         self.usage
     }
 }
@@ -656,6 +699,7 @@ mod tests {
         let response = Response::text("hi").with_usage(Usage {
             input_tokens: 3,
             output_tokens: 1,
+            ..Usage::default()
         });
         let text = serde_json::to_string(&response).expect("encodes");
         assert_eq!(

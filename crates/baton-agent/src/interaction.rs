@@ -4,16 +4,16 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use baton_run::dispatch::{DispatchCall, Dispatcher, ReplayPolicy};
 use baton_run::program::{
     Boundary, Condition, Definition, Descriptor, DescriptorError, Effect, Execution,
-    ExecutionState, ProgramConfig, Schema, Signal, SignalBody, StepError, Transition,
+    ExecutionState, Grant, ProgramConfig, Schema, Signal, SignalBody, StepError, Transition,
     configuration_digest, implementation_digest,
 };
 use baton_run::{
-    BoxFuture, Budget, Capabilities, ChildKey, Failure, FailureKind, Name, Payload, Program,
-    Settlement, SignalId, Status, Termination,
+    Budget, Capabilities, ChildKey, Failure, Payload, Program, Settlement, SignalId, Status,
+    Termination,
 };
+use baton_workflow::ACTIVITY_DENIED;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -21,11 +21,13 @@ use crate::chat::{
     ChatError, FinishReason, Message, Options, Request, Response, ToolCall, ToolChoice, ToolResult,
     ToolSpec, check_conversation, valid_tool_name,
 };
-use crate::model::{ChatModel, Delta, ModelError, ModelIdentity};
+use crate::cost::{Price, input_bound, reservation};
+use crate::dispatcher::ModelDispatcher;
+use crate::model::{ChatModel, ModelIdentity};
+use crate::tool::{Tool, object_schema};
 
-/// The meter every model call reserves its `max_tokens` from and is charged
-/// its generated tokens to.
-pub const TOKENS: &str = "tokens";
+/// How many tool calls of one model answer run at once unless configured.
+pub const DEFAULT_MAX_CONCURRENT_TOOL_CALLS: u32 = 4;
 
 /// Largest encoded response the dispatcher accepts by default: 1 MiB.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 1024 * 1024;
@@ -87,55 +89,6 @@ pub struct ModelCall {
     pub steering: Vec<SignalId>,
 }
 
-/// A tool: a declared child program the model may call by name. The
-/// model's arguments are checked against the program's input schema before
-/// the child starts.
-#[derive(Clone, Debug)]
-pub struct Tool {
-    name: String,
-    description: String,
-    program: Program,
-    budget: Budget,
-    capabilities: Capabilities,
-}
-
-impl Tool {
-    /// A tool running `program` with an unlimited budget and no capabilities.
-    pub fn new<I, O>(
-        name: impl Into<String>,
-        description: impl Into<String>,
-        program: &Program<I, O>,
-    ) -> Tool {
-        Tool {
-            name: name.into(),
-            description: description.into(),
-            program: program.erase(),
-            budget: Budget::unlimited(),
-            capabilities: Capabilities::none(),
-        }
-    }
-
-    /// Grants each call this budget (debited from the interaction for good).
-    pub fn with_budget(mut self, budget: Budget) -> Tool {
-        self.budget = budget;
-        self
-    }
-
-    /// Grants each call these capabilities.
-    pub fn with_capabilities(mut self, capabilities: Capabilities) -> Tool {
-        self.capabilities = capabilities;
-        self
-    }
-
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: self.name.clone(),
-            description: self.description.clone(),
-            parameters: self.program.descriptor().input_schema().json().to_value(),
-        }
-    }
-}
-
 /// A pure check of a final answer: `Err(feedback)` sends the feedback as a
 /// user message and calls the model again (counting toward the limit).
 pub type Validator = Arc<dyn Fn(&Response) -> Result<(), String> + Send + Sync>;
@@ -160,6 +113,9 @@ pub struct Config {
     pub max_model_calls: u32,
     /// Tools, by unique name.
     pub tools: Vec<Tool>,
+    /// How many tool calls of one model answer run at once (at least 1):
+    /// the calls start in order, each next one as an earlier one ends.
+    pub max_concurrent_tool_calls: u32,
     /// Whether the model must call tools.
     pub tool_choice: ToolChoice,
     /// An optional check of final answers.
@@ -169,8 +125,8 @@ pub struct Config {
 }
 
 impl Config {
-    /// A configuration with no system prompt, no tools, no validator and
-    /// the default response limit.
+    /// A configuration with no system prompt, no tools, no validator, the
+    /// default response limit and [`DEFAULT_MAX_CONCURRENT_TOOL_CALLS`].
     pub fn new(
         name: impl Into<String>,
         description: impl Into<String>,
@@ -190,6 +146,7 @@ impl Config {
             },
             max_model_calls,
             tools: Vec::new(),
+            max_concurrent_tool_calls: DEFAULT_MAX_CONCURRENT_TOOL_CALLS,
             tool_choice: ToolChoice::Auto,
             validator: None,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
@@ -223,6 +180,18 @@ pub enum ConfigError {
     /// A tool is misnamed or named twice, or the tool choice names no tool.
     #[error("invalid tools: {0}")]
     Tools(String),
+    /// A tool's parameters (its program's input schema) are not an object
+    /// schema, which providers require.
+    #[error("tool {name:?}: the parameters must be an object schema, not {found}")]
+    ToolParameters {
+        /// The tool.
+        name: String,
+        /// What its schema is instead.
+        found: String,
+    },
+    /// `max_concurrent_tool_calls` is zero.
+    #[error("max_concurrent_tool_calls must be at least 1")]
+    MaxConcurrentToolCalls,
     /// The build identity is empty.
     #[error("the build identity must not be empty")]
     Build,
@@ -236,14 +205,17 @@ struct Inner {
     config: Config,
     tools: BTreeMap<String, Tool>,
     specs: Vec<ToolSpec>,
+    price: Option<Price>,
     implementation: baton_run::Digest,
     configuration: baton_run::Digest,
 }
 
 /// A model-backed interaction: input `{messages, options}`, output the
 /// final response. Each model call is a `Dispatch` effect (replay policy
-/// `Never`, reserving `max_tokens` of the `tokens` meter); tools run as
-/// child programs; steering signals apply at safe boundaries only.
+/// `Never`, reserving its worst case of the `tokens_in`, `tokens_out`,
+/// `tokens` and, with a priced model, `cost_micros` meters); tools run as
+/// child programs, at most `max_concurrent_tool_calls` at once; steering
+/// signals apply at safe boundaries only.
 #[derive(Clone)]
 pub struct Interaction {
     inner: Arc<Inner>,
@@ -266,6 +238,8 @@ struct Digested<'a> {
     system: &'a Option<String>,
     options: &'a Options,
     max_model_calls: u32,
+    max_concurrent_tool_calls: u32,
+    price: Option<Price>,
     tool_choice: &'a ToolChoice,
     tools: Vec<DigestedTool<'a>>,
     validator: bool,
@@ -293,6 +267,9 @@ impl Interaction {
         if config.build.trim().is_empty() {
             return Err(ConfigError::Build);
         }
+        if config.max_concurrent_tool_calls == 0 {
+            return Err(ConfigError::MaxConcurrentToolCalls);
+        }
         let mut tools = BTreeMap::new();
         for tool in &config.tools {
             if !valid_tool_name(&tool.name) {
@@ -300,6 +277,13 @@ impl Interaction {
                     "invalid tool name {:?}",
                     tool.name
                 )));
+            }
+            let parameters = tool.program.descriptor().input_schema().json().to_value();
+            if let Err(found) = object_schema(&parameters) {
+                return Err(ConfigError::ToolParameters {
+                    name: tool.name.clone(),
+                    found,
+                });
             }
             if tools.insert(tool.name.clone(), tool.clone()).is_some() {
                 return Err(ConfigError::Tools(format!(
@@ -318,6 +302,7 @@ impl Interaction {
         let descriptor =
             Descriptor::typed::<Input, Output>(&config.name, config.description.clone())?
                 .with_signal_schema(Schema::of::<Steering>());
+        let price = config.model.price();
         let digested = Digested {
             name: &config.name,
             description: &config.description,
@@ -326,6 +311,8 @@ impl Interaction {
             system: &config.system,
             options: &config.options,
             max_model_calls: config.max_model_calls,
+            max_concurrent_tool_calls: config.max_concurrent_tool_calls,
+            price,
             tool_choice: &config.tool_choice,
             tools: config
                 .tools
@@ -354,6 +341,7 @@ impl Interaction {
                 config,
                 tools,
                 specs,
+                price,
                 implementation,
                 configuration,
             }),
@@ -478,8 +466,13 @@ struct Slot {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case", deny_unknown_fields)]
 enum SlotStatus {
+    /// Checked, waiting for a free place (`max_concurrent_tool_calls`).
+    Queued { arguments: Payload },
+    /// Its start is declared.
     Starting,
+    /// Started; its result has not arrived.
     Running,
+    /// Its result, as the model will read it.
     Done { result: ToolResult },
 }
 
@@ -513,6 +506,23 @@ fn tool_result(call: &ToolCall, termination: &Termination) -> ToolResult {
             },
             is_error: false,
         },
+        (Status::Failed, _)
+            if termination
+                .failure()
+                .is_some_and(|failure| failure.code() == ACTIVITY_DENIED) =>
+        {
+            let reason = termination
+                .failure()
+                .map(|failure| failure.message.as_str())
+                .unwrap_or_default();
+            error_result(
+                call,
+                format!(
+                    "a person denied the call to tool {}; it did not run. Their reason: {reason}",
+                    call.name
+                ),
+            )
+        }
         (status, _) => {
             let why = termination
                 .failure()
@@ -568,14 +578,13 @@ impl Run {
             request,
             steering: applied,
         };
+        let request = Payload::encode(&call)?;
+        let input = input_bound(&call.request, request.len());
         Ok(Transition::Continue {
             consumed,
             effects: vec![Effect::Dispatch {
-                request: Payload::encode(&call)?,
-                reserve: BTreeMap::from([(
-                    Name::new(TOKENS).expect("the tokens meter name is valid"),
-                    max_tokens,
-                )]),
+                request,
+                reserve: reservation(input, max_tokens, self.inner.price.as_ref()),
             }],
         })
     }
@@ -691,8 +700,6 @@ impl Run {
     ) -> Result<Transition, StepError> {
         let sequence = self.state.calls;
         let mut slots = Vec::new();
-        let mut effects = Vec::new();
-        let mut keys = Vec::new();
         for (index, call) in calls.into_iter().enumerate() {
             let Some(tool) = self.inner.tools.get(&call.name) else {
                 let output = format!(
@@ -744,28 +751,74 @@ impl Run {
             };
             let key = ChildKey::new(format!("tool-{sequence}-{index}"))
                 .expect("tool keys are valid child keys");
-            effects.push(Effect::StartChild {
-                key: key.clone(),
-                program: tool.program.reference().digest,
-                input: arguments,
-                budget: tool.budget.clone(),
-                capabilities: tool.capabilities.clone(),
-            });
-            keys.push(key.clone());
             slots.push(Slot {
                 call,
                 key: Some(key),
-                status: SlotStatus::Starting,
+                status: SlotStatus::Queued { arguments },
             });
         }
         self.state.phase = Phase::Tools { slots };
+        self.advance_tools(consumed)
+    }
+
+    /// Starts queued calls in order while fewer than
+    /// `max_concurrent_tool_calls` run, then waits for the running ones:
+    /// for any of them while calls are still queued (so the next one starts
+    /// as soon as a place frees), for all of them otherwise. With nothing
+    /// running, the batch is finished.
+    fn advance_tools(&mut self, consumed: usize) -> Result<Transition, StepError> {
+        let limit = self.inner.config.max_concurrent_tool_calls as usize;
+        let Phase::Tools { slots } = &mut self.state.phase else {
+            return Err(protocol("no tool batch to advance"));
+        };
+        let mut running = slots
+            .iter()
+            .filter(|slot| matches!(slot.status, SlotStatus::Starting | SlotStatus::Running))
+            .count();
+        let mut effects = Vec::new();
+        for slot in slots.iter_mut() {
+            if running >= limit {
+                break;
+            }
+            let SlotStatus::Queued { arguments } = &slot.status else {
+                continue;
+            };
+            let (Some(key), Some(tool)) = (&slot.key, self.inner.tools.get(&slot.call.name)) else {
+                return Err(protocol(format!(
+                    "queued call {} has no tool",
+                    slot.call.id
+                )));
+            };
+            effects.push(Effect::StartChild {
+                key: key.clone(),
+                program: tool.program.reference().digest,
+                input: arguments.clone(),
+                budget: tool.budget.clone(),
+                capabilities: tool.capabilities.clone(),
+                grant: Grant::Clipped,
+            });
+            slot.status = SlotStatus::Starting;
+            running += 1;
+        }
+        let keys: Vec<ChildKey> = slots
+            .iter()
+            .filter(|slot| matches!(slot.status, SlotStatus::Starting | SlotStatus::Running))
+            .filter_map(|slot| slot.key.clone())
+            .collect();
         if keys.is_empty() {
             return self.finish_tools(consumed);
         }
+        let queued = slots
+            .iter()
+            .any(|slot| matches!(slot.status, SlotStatus::Queued { .. }));
         effects.push(Effect::WaitChildren {
             keys,
             boundary: Boundary::Result,
-            condition: Condition::All,
+            condition: if queued {
+                Condition::Any
+            } else {
+                Condition::All
+            },
         });
         Ok(Transition::Continue { consumed, effects })
     }
@@ -841,22 +894,7 @@ impl Run {
         if slots.iter().any(|slot| slot.status == SlotStatus::Starting) {
             return Err(protocol("a tool start has no result"));
         }
-        let running: Vec<ChildKey> = slots
-            .iter()
-            .filter(|slot| slot.status == SlotStatus::Running)
-            .filter_map(|slot| slot.key.clone())
-            .collect();
-        if !running.is_empty() {
-            return Ok(Transition::Continue {
-                consumed,
-                effects: vec![Effect::WaitChildren {
-                    keys: running,
-                    boundary: Boundary::Result,
-                    condition: Condition::All,
-                }],
-            });
-        }
-        self.finish_tools(consumed)
+        self.advance_tools(consumed)
     }
 
     /// Appends every result in call order and calls the model again.
@@ -932,83 +970,5 @@ impl Execution for Run {
 
     fn snapshot(&self) -> Result<ExecutionState, StepError> {
         ExecutionState::encode(&self.state)
-    }
-}
-
-/// Executes model calls: decodes the frozen [`ModelCall`], streams it
-/// through the model (deltas become engine events), and settles with the
-/// response and the generated tokens as `tokens` usage. Replay policy
-/// `Never`: a call lost in a crash becomes an unknown effect.
-pub struct ModelDispatcher {
-    model: Arc<dyn ChatModel>,
-    max_response_bytes: usize,
-}
-
-impl ModelDispatcher {
-    /// A dispatcher over `model`, refusing responses larger than `max_response_bytes`.
-    pub fn new(model: Arc<dyn ChatModel>, max_response_bytes: usize) -> ModelDispatcher {
-        ModelDispatcher {
-            model,
-            max_response_bytes,
-        }
-    }
-}
-
-impl Dispatcher for ModelDispatcher {
-    fn replay_policy(&self, _request: &Payload) -> ReplayPolicy {
-        ReplayPolicy::Never
-    }
-
-    fn dispatch(&self, call: DispatchCall) -> BoxFuture<'static, Settlement> {
-        let model = self.model.clone();
-        let limit = self.max_response_bytes;
-        Box::pin(async move {
-            let model_call: ModelCall = match call.request.decode() {
-                Ok(model_call) => model_call,
-                Err(error) => {
-                    return Settlement::failed(
-                        ModelError::Request(format!("not a model call: {error}")).failure(),
-                    );
-                }
-            };
-            let deltas = call.deltas.clone();
-            let on_delta = move |delta: Delta| {
-                if let Ok(payload) = Payload::encode(&delta) {
-                    deltas.emit(payload);
-                }
-            };
-            let mut cancel = call.cancel.clone();
-            let result = tokio::select! {
-                result = model.stream(model_call.request, &on_delta) => result,
-                () = cancel.canceled() => {
-                    return Settlement::failed(Failure::new(
-                        FailureKind::External,
-                        "interaction.model.canceled",
-                        "the model call was canceled",
-                    ));
-                }
-            };
-            let response = match result {
-                Ok(response) => response,
-                Err(error) => return Settlement::failed(error.failure()),
-            };
-            let output = match Payload::encode(&response) {
-                Ok(output) if output.len() <= limit => output,
-                Ok(_) | Err(baton_run::PayloadError::TooLarge { .. }) => {
-                    return Settlement::failed(ModelError::TooLarge { limit }.failure());
-                }
-                Err(error) => {
-                    return Settlement::failed(
-                        ModelError::Malformed(format!("the response does not encode: {error}"))
-                            .failure(),
-                    );
-                }
-            };
-            let tokens = Name::new(TOKENS).expect("the tokens meter name is valid");
-            Settlement::Succeeded {
-                output,
-                usage: BTreeMap::from([(tokens, response.usage().output_tokens)]),
-            }
-        })
     }
 }

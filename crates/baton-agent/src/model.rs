@@ -1,10 +1,14 @@
 //! The model contract: one call, or a stream of deltas ending in a response.
 
+use std::time::Duration;
+
 use baton_run::{BoxFuture, Failure, FailureKind};
+use baton_workflow::RetryHint;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::chat::{Request, Response};
+use crate::cost::Price;
 
 /// Which model answers: the provider and the model name. Part of an
 /// interaction's configuration digest, so another model is another program.
@@ -50,27 +54,64 @@ pub enum Delta {
 /// Where a streaming model sends its deltas.
 pub type DeltaFn<'a> = &'a (dyn Fn(Delta) + Send + Sync);
 
-/// Why a model call did not produce a response. Provider errors keep their
-/// HTTP status and whether trying again may help.
+/// Why a model call did not produce a response, classified so that a
+/// caller (and, later, the kernel's retry policy) can tell a definite error
+/// answer from an uncertain one without reading any message text.
+///
+/// | variant | code | [`ModelError::retry`] |
+/// | --- | --- | --- |
+/// | `RateLimited` | `chat.provider.rate_limited` | definite, with `Retry-After` |
+/// | `Unavailable` | `chat.provider.unavailable` | definite, with `Retry-After` |
+/// | `Refused` | `chat.provider.refused` | none |
+/// | `Timeout` | `chat.provider.timeout` | uncertain |
+/// | `Interrupted` | `chat.provider.interrupted` | uncertain |
+/// | `Malformed` | `chat.provider.malformed` | none |
+/// | `TooLarge` | `chat.provider.too_large` | none |
+/// | `Request` | `interaction.host.failed` | none |
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ModelError {
-    /// The provider answered with an error status.
-    #[error("provider answered http {status}{}: {message}", if *retryable { " (retryable)" } else { "" })]
-    Status {
-        /// The HTTP status.
-        status: u16,
-        /// Whether the same request may succeed later (429, 408, 409, 5xx).
-        retryable: bool,
+    /// The provider answered that the caller sends too much: HTTP 429, or a
+    /// rate-limit error object. Nothing was done; trying again later helps.
+    #[error("rate limited{}: {message}", http(*status))]
+    RateLimited {
+        /// The HTTP status, when the answer had one of its own.
+        status: Option<u16>,
+        /// The provider's message, bounded.
+        message: String,
+        /// The provider's `Retry-After` (seconds or an HTTP date), if given.
+        retry_after: Option<Duration>,
+    },
+    /// The provider could not serve the call: HTTP 408, 409 or 5xx (529
+    /// overloaded included), a server or overload error object, or no
+    /// connection could be made, so nothing was sent.
+    #[error("provider unavailable{}: {message}", http(*status))]
+    Unavailable {
+        /// The HTTP status, when the provider answered.
+        status: Option<u16>,
+        /// The provider's message or the connection error, bounded.
+        message: String,
+        /// The provider's `Retry-After` (seconds or an HTTP date), if given.
+        retry_after: Option<Duration>,
+    },
+    /// The provider refused the request (any other 4xx, or an
+    /// invalid-request error object); sending it again cannot help.
+    #[error("provider refused the request{}: {message}", http(*status))]
+    Refused {
+        /// The HTTP status, when the answer had one of its own.
+        status: Option<u16>,
         /// The provider's message, bounded.
         message: String,
     },
-    /// No answer within the configured time.
+    /// No whole answer within the configured time after the request was
+    /// sent: the provider may have done the work.
     #[error("provider timed out: {0}")]
     Timeout(String),
-    /// The connection failed before an answer arrived.
-    #[error("provider unreachable: {0}")]
-    Transport(String),
+    /// The connection was lost after the request was sent, or the stream
+    /// ended before the answer was complete (no finish reason): the
+    /// provider may have done the work.
+    #[error("provider answer interrupted: {0}")]
+    Interrupted(String),
     /// The answer did not parse or broke the wire protocol.
     #[error("provider answer is malformed: {0}")]
     Malformed(String),
@@ -85,52 +126,65 @@ pub enum ModelError {
     Request(String),
 }
 
+fn http(status: Option<u16>) -> String {
+    status.map(|s| format!(" (http {s})")).unwrap_or_default()
+}
+
 impl ModelError {
-    /// Whether sending the same request again may succeed.
-    pub fn is_retryable(&self) -> bool {
+    /// Advice about trying again: `Definite` for an error answer or a
+    /// connection never made (with the provider's `Retry-After`),
+    /// `Uncertain` for a timeout or an answer cut off after sending, none
+    /// for failures another attempt cannot fix.
+    pub fn retry(&self) -> Option<RetryHint> {
         match self {
-            ModelError::Status { retryable, .. } => *retryable,
-            ModelError::Timeout(_) | ModelError::Transport(_) => true,
-            ModelError::Malformed(_) | ModelError::TooLarge { .. } | ModelError::Request(_) => {
-                false
+            ModelError::RateLimited { retry_after, .. }
+            | ModelError::Unavailable { retry_after, .. } => {
+                Some(RetryHint::definite(*retry_after))
             }
+            ModelError::Timeout(_) | ModelError::Interrupted(_) => Some(RetryHint::uncertain()),
+            ModelError::Refused { .. }
+            | ModelError::Malformed(_)
+            | ModelError::TooLarge { .. }
+            | ModelError::Request(_) => None,
         }
     }
 
-    /// The HTTP status, for provider error answers.
+    /// The HTTP status, for provider error answers that had one.
     pub fn status(&self) -> Option<u16> {
         match self {
-            ModelError::Status { status, .. } => Some(*status),
+            ModelError::RateLimited { status, .. }
+            | ModelError::Unavailable { status, .. }
+            | ModelError::Refused { status, .. } => *status,
             _ => None,
         }
     }
 
-    /// The stable code: `interaction.host.failed` for a request refused
-    /// before sending, `interaction.model.failed` for everything the
-    /// provider side caused.
+    /// The stable code (see the table on [`ModelError`]).
     pub fn code(&self) -> &'static str {
         match self {
+            ModelError::RateLimited { .. } => "chat.provider.rate_limited",
+            ModelError::Unavailable { .. } => "chat.provider.unavailable",
+            ModelError::Refused { .. } => "chat.provider.refused",
+            ModelError::Timeout(_) => "chat.provider.timeout",
+            ModelError::Interrupted(_) => "chat.provider.interrupted",
+            ModelError::Malformed(_) => "chat.provider.malformed",
+            ModelError::TooLarge { .. } => "chat.provider.too_large",
             ModelError::Request(_) => "interaction.host.failed",
-            _ => "interaction.model.failed",
         }
     }
 
-    /// The classified failure: kind `contract` for a refused request,
-    /// `external` otherwise. The message starts with the status and
-    /// retryability for people; programs use [`ModelError`] itself.
+    /// The classified failure a model call settles with: kind `contract`
+    /// for a request refused before sending, `external` otherwise, and the
+    /// code of [`ModelError::code`]. The message ends with the retry advice
+    /// for people; programs read the code.
     pub fn failure(&self) -> Failure {
         let kind = match self {
             ModelError::Request(_) => FailureKind::Contract,
             _ => FailureKind::External,
         };
-        let retry = if self.is_retryable() {
-            "retryable"
-        } else {
-            "not retryable"
-        };
-        let message = match self.status() {
-            Some(status) => format!("http {status}, {retry}: {self}"),
-            None => format!("{retry}: {self}"),
+        let message = match self.retry() {
+            Some(hint) => format!("{self}; {hint}"),
+            None => format!("{self}; not retryable"),
         };
         Failure::new(kind, self.code(), message)
     }
@@ -147,6 +201,13 @@ impl ModelError {
 pub trait ChatModel: Send + Sync + 'static {
     /// Which provider and model answer.
     fn identity(&self) -> ModelIdentity;
+
+    /// What the model's tokens cost, when its configuration names a price:
+    /// every call then reserves and is charged the `cost_micros` meter.
+    /// Part of an interaction's configuration digest.
+    fn price(&self) -> Option<Price> {
+        None
+    }
 
     /// Answers a request.
     fn call(&self, request: Request) -> BoxFuture<'_, Result<Response, ModelError>>;

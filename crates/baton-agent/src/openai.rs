@@ -2,33 +2,66 @@
 //!
 //! Speaks the Chat Completions wire format over HTTP: `POST
 //! {base_url}/chat/completions` with messages, tools, tool choice,
-//! temperature, `max_tokens` and a JSON-schema response format; plain
-//! answers or server-sent events (`stream: true`, usage requested with
-//! `stream_options.include_usage`). It is written from the protocol's public
+//! temperature, the token limit (`max_completion_tokens` by default,
+//! `max_tokens` for servers that only know that; see [`TokenLimit`]) and a
+//! JSON-schema response format; plain answers or server-sent events
+//! (`stream: true`, usage requested with `stream_options.include_usage`),
+//! parsed by `eventsource-stream`. It is written from the protocol's public
 //! documentation and tested against a local server speaking that format;
 //! servers that claim the protocol (OpenAI, vLLM, llama.cpp server, Ollama)
 //! are the target, but no live server was verified.
 //!
-//! Failures are classified [`ModelError`]s: an error status keeps the HTTP
-//! status and whether it is retryable (408, 409, 429 and 5xx are); a
-//! timeout or a failed connection is retryable; a malformed or oversized
-//! answer is not.
+//! A strict response format is sent transformed into the strict subset
+//! ([`StrictSchema`]) and the answer is mapped back before Baton decodes
+//! it; a schema the subset cannot express is sent with `strict: false` and
+//! a warning in the trace.
+//!
+//! Failures are classified [`ModelError`]s: error statuses and error
+//! objects inside a stream by what they mean (rate limited, unavailable,
+//! refused), with `Retry-After`; a connection never made is definite; a
+//! timeout or an answer cut off after sending (a stream that ends before a
+//! finish reason) is uncertain; a malformed or oversized answer is neither.
+//! A missing usage report leaves the response's usage unknown.
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::time::Duration;
 
-use baton_run::BoxFuture;
-use serde::{Deserialize, Serialize};
+use baton_run::{BoxFuture, Payload};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::chat::{
     FinishReason, Message, Part, Request, Response, ResponseFormat, Role, ToolCall, ToolChoice,
     Usage,
 };
+use crate::cost::{Price, PriceTable};
+use crate::http::{self, Assembly, ErrorObject};
 use crate::model::{ChatModel, Delta, DeltaFn, ModelError, ModelIdentity};
+use crate::strict::StrictSchema;
 
 /// The base URL used when neither the configuration nor `OPENAI_BASE_URL` gives one.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// Which request field carries the token limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TokenLimit {
+    /// `max_completion_tokens`: what OpenAI's current models, reasoning
+    /// models included, require.
+    #[default]
+    MaxCompletionTokens,
+    /// `max_tokens`: the older field, for servers that know only that.
+    MaxTokens,
+}
+
+/// How a request is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// One JSON answer.
+    Whole,
+    /// Server-sent events with usage included.
+    Stream,
+}
 
 /// How to reach a Chat Completions server.
 #[derive(Clone, PartialEq, Eq)]
@@ -39,6 +72,11 @@ pub struct OpenAiConfig {
     pub api_key: Option<String>,
     /// The model name.
     pub model: String,
+    /// Which field carries the token limit.
+    pub token_limit: TokenLimit,
+    /// Prices by model name; the entry of `model`, if any, is what each
+    /// call reserves and is charged on the `cost_micros` meter.
+    pub prices: PriceTable,
     /// The longest a whole call (connection, answer, stream) may take.
     pub timeout: Duration,
     /// The longest establishing a connection may take.
@@ -53,19 +91,22 @@ impl std::fmt::Debug for OpenAiConfig {
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("model", &self.model)
+            .field("token_limit", &self.token_limit)
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
 }
 
 impl OpenAiConfig {
-    /// A configuration with a 120 s call timeout, a 10 s connect timeout and
-    /// a 4 MiB answer limit.
+    /// A configuration sending `max_completion_tokens`, with no prices, a
+    /// 120 s call timeout, a 10 s connect timeout and a 4 MiB answer limit.
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> OpenAiConfig {
         OpenAiConfig {
             base_url: base_url.into(),
             api_key: None,
             model: model.into(),
+            token_limit: TokenLimit::MaxCompletionTokens,
+            prices: PriceTable::new(),
             timeout: Duration::from_secs(120),
             connect_timeout: Duration::from_secs(10),
             max_response_bytes: 4 * 1024 * 1024,
@@ -101,17 +142,20 @@ pub struct OpenAiModel {
     client: reqwest::Client,
 }
 
+/// A request body and, for a strict response format, the schema to map the
+/// answer back with.
+struct Wire {
+    body: Value,
+    strict: Option<StrictSchema>,
+}
+
 impl OpenAiModel {
     /// A client for a configuration.
     pub fn new(config: OpenAiConfig) -> Result<OpenAiModel, ModelError> {
         if config.model.trim().is_empty() {
             return Err(ModelError::Request("the model name is empty".into()));
         }
-        let client = reqwest::Client::builder()
-            .timeout(config.timeout)
-            .connect_timeout(config.connect_timeout)
-            .build()
-            .map_err(|error| ModelError::Request(format!("http client: {error}")))?;
+        let client = http::client(config.timeout, config.connect_timeout)?;
         Ok(OpenAiModel { config, client })
     }
 
@@ -120,7 +164,91 @@ impl OpenAiModel {
         &self.config
     }
 
-    async fn send(&self, body: Value) -> Result<reqwest::Response, ModelError> {
+    /// The wire request body for `request`.
+    pub fn request_body(&self, request: &Request, delivery: Delivery) -> Value {
+        self.wire(request, delivery).body
+    }
+
+    fn wire(&self, request: &Request, delivery: Delivery) -> Wire {
+        let mut messages = Vec::new();
+        for message in request.messages() {
+            wire_messages(message, &mut messages);
+        }
+        let mut body = json!({ "model": self.config.model, "messages": messages });
+        if !request.tools().is_empty() {
+            body["tools"] = request
+                .tools()
+                .iter()
+                .map(|tool| {
+                    json!({
+                        "type": "function",
+                        "function": {
+                            "name": tool.name,
+                            "description": tool.description,
+                            "parameters": tool.parameters,
+                        }
+                    })
+                })
+                .collect();
+            body["tool_choice"] = match request.tool_choice() {
+                ToolChoice::Auto => json!("auto"),
+                ToolChoice::None => json!("none"),
+                ToolChoice::Required => json!("required"),
+                ToolChoice::Tool { name } => {
+                    json!({"type": "function", "function": {"name": name}})
+                }
+            };
+        }
+        let options = request.options();
+        if let Some(temperature) = options.temperature {
+            body["temperature"] = json!(temperature);
+        }
+        if let Some(max_tokens) = options.max_tokens {
+            let field = match self.config.token_limit {
+                TokenLimit::MaxCompletionTokens => "max_completion_tokens",
+                TokenLimit::MaxTokens => "max_tokens",
+            };
+            body[field] = json!(max_tokens);
+        }
+        let mut strict = None;
+        if let Some(ResponseFormat::JsonSchema {
+            name,
+            schema,
+            strict: wanted,
+        }) = &options.response_format
+        {
+            let (schema, sent_strict) = if *wanted {
+                match StrictSchema::new(schema) {
+                    Ok(transformed) => {
+                        let sent = transformed.schema().clone();
+                        strict = Some(transformed);
+                        (sent, true)
+                    }
+                    Err(error) => {
+                        tracing::warn!(
+                            format = %name,
+                            %error,
+                            "strict mode cannot express the response format; sending it with strict false"
+                        );
+                        (schema.clone(), false)
+                    }
+                }
+            } else {
+                (schema.clone(), false)
+            };
+            body["response_format"] = json!({
+                "type": "json_schema",
+                "json_schema": {"name": name, "schema": schema, "strict": sent_strict},
+            });
+        }
+        if delivery == Delivery::Stream {
+            body["stream"] = json!(true);
+            body["stream_options"] = json!({"include_usage": true});
+        }
+        Wire { body, strict }
+    }
+
+    async fn send(&self, body: &Value) -> Result<reqwest::Response, ModelError> {
         let url = format!(
             "{}/chat/completions",
             self.config.base_url.trim_end_matches('/')
@@ -129,108 +257,37 @@ impl OpenAiModel {
             .client
             .post(url)
             .header("content-type", "application/json")
-            .body(serde_json::to_vec(&body).map_err(|e| ModelError::Request(e.to_string()))?);
+            .body(serde_json::to_vec(body).map_err(|e| ModelError::Request(e.to_string()))?);
         if let Some(key) = &self.config.api_key {
             builder = builder.bearer_auth(key);
         }
-        let response = builder.send().await.map_err(transport)?;
-        let status = response.status().as_u16();
-        if !(200..300).contains(&status) {
-            let body = read_limited(response, self.config.max_response_bytes.min(64 * 1024))
-                .await
-                .unwrap_or_default();
-            return Err(status_error(status, &body));
+        let response = builder.send().await.map_err(|e| http::send_failure(&e))?;
+        if !response.status().is_success() {
+            return Err(http::error_answer(response).await);
         }
         Ok(response)
     }
 }
 
-fn transport(error: reqwest::Error) -> ModelError {
-    if error.is_timeout() {
-        ModelError::Timeout(error.to_string())
-    } else {
-        ModelError::Transport(error.to_string())
+/// Maps a strict-mode answer back to the original schema (see
+/// [`StrictSchema::restore`]). Only a complete answer whose text is strict
+/// JSON is mapped; anything else is left for Baton's decode to judge, so a
+/// duplicate key is refused there rather than resolved here.
+fn restore(response: Response, strict: Option<&StrictSchema>) -> Response {
+    let Some(strict) = strict else {
+        return response;
+    };
+    if response.finish_reason() != FinishReason::Stop {
+        return response;
     }
-}
-
-fn status_error(status: u16, body: &[u8]) -> ModelError {
-    let message = serde_json::from_slice::<Value>(body)
-        .ok()
-        .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
-        .unwrap_or_else(|| String::from_utf8_lossy(body).chars().take(512).collect());
-    ModelError::Status {
-        status,
-        retryable: matches!(status, 408 | 409 | 429 | 500..=599),
-        message: message.chars().take(512).collect(),
+    let text = response.message().text();
+    let Ok(answer) = Payload::parse_str(text.trim()) else {
+        return response;
+    };
+    match Payload::from_value(&strict.restore(answer.to_value())) {
+        Ok(restored) => response.with_text(restored.as_str().to_owned()),
+        Err(_) => response,
     }
-}
-
-async fn read_limited(
-    mut response: reqwest::Response,
-    limit: usize,
-) -> Result<Vec<u8>, ModelError> {
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(transport)? {
-        if body.len() + chunk.len() > limit {
-            return Err(ModelError::TooLarge { limit });
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
-
-/// The wire request body.
-pub fn request_body(model: &str, request: &Request, stream: bool) -> Value {
-    let mut messages = Vec::new();
-    for message in request.messages() {
-        wire_messages(message, &mut messages);
-    }
-    let mut body = json!({ "model": model, "messages": messages });
-    if !request.tools().is_empty() {
-        body["tools"] = request
-            .tools()
-            .iter()
-            .map(|tool| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": tool.name,
-                        "description": tool.description,
-                        "parameters": tool.parameters,
-                    }
-                })
-            })
-            .collect();
-        body["tool_choice"] = match request.tool_choice() {
-            ToolChoice::Auto => json!("auto"),
-            ToolChoice::None => json!("none"),
-            ToolChoice::Required => json!("required"),
-            ToolChoice::Tool { name } => json!({"type": "function", "function": {"name": name}}),
-        };
-    }
-    let options = request.options();
-    if let Some(temperature) = options.temperature {
-        body["temperature"] = json!(temperature);
-    }
-    if let Some(max_tokens) = options.max_tokens {
-        body["max_tokens"] = json!(max_tokens);
-    }
-    if let Some(ResponseFormat::JsonSchema {
-        name,
-        schema,
-        strict,
-    }) = &options.response_format
-    {
-        body["response_format"] = json!({
-            "type": "json_schema",
-            "json_schema": {"name": name, "schema": schema, "strict": strict},
-        });
-    }
-    if stream {
-        body["stream"] = json!(true);
-        body["stream_options"] = json!({"include_usage": true});
-    }
-    body
 }
 
 fn wire_messages(message: &Message, out: &mut Vec<Value>) {
@@ -339,12 +396,28 @@ struct WireFunction {
     arguments: String,
 }
 
-#[derive(Deserialize, Serialize, Clone, Copy)]
+#[derive(Deserialize, Clone, Copy)]
 struct WireUsage {
     #[serde(default)]
     prompt_tokens: u64,
     #[serde(default)]
     completion_tokens: u64,
+    #[serde(default)]
+    prompt_tokens_details: Option<WirePromptDetails>,
+    #[serde(default)]
+    completion_tokens_details: Option<WireCompletionDetails>,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+struct WirePromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+struct WireCompletionDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -404,43 +477,32 @@ fn finish_reason(reason: Option<&str>) -> FinishReason {
     }
 }
 
-fn usage(wire: Option<WireUsage>) -> Usage {
-    wire.map(|u| Usage {
-        input_tokens: u.prompt_tokens,
-        output_tokens: u.completion_tokens,
-    })
-    .unwrap_or_default()
+fn usage(wire: WireUsage) -> Usage {
+    Usage {
+        input_tokens: wire.prompt_tokens,
+        output_tokens: wire.completion_tokens,
+        cached_input_tokens: wire
+            .prompt_tokens_details
+            .and_then(|details| details.cached_tokens)
+            .unwrap_or(0),
+        reasoning_tokens: wire
+            .completion_tokens_details
+            .and_then(|details| details.reasoning_tokens)
+            .unwrap_or(0),
+    }
 }
 
-fn assemble(
-    reasoning: Option<String>,
-    content: Option<String>,
-    refusal: Option<String>,
-    calls: Vec<ToolCall>,
-    finish: FinishReason,
-    usage: Usage,
-) -> Result<Response, ModelError> {
-    let mut parts = Vec::new();
-    if let Some(text) = reasoning.filter(|t| !t.is_empty()) {
-        parts.push(Part::Reasoning { text });
-    }
-    if let Some(text) = content.filter(|t| !t.is_empty()) {
-        parts.push(Part::Text { text });
-    }
-    if let Some(text) = refusal.filter(|t| !t.is_empty()) {
-        parts.push(Part::Refusal { text });
-    }
-    parts.extend(calls.into_iter().map(|call| Part::ToolCall { call }));
-    if parts.is_empty() {
-        parts.push(Part::text(""));
-    }
-    let message = Message::new(Role::Assistant, parts)
-        .map_err(|error| ModelError::Malformed(error.to_string()))?;
-    Response::new(message, finish, usage).map_err(|error| ModelError::Malformed(error.to_string()))
-}
-
-/// Parses a plain (non-streamed) Chat Completions answer.
+/// Parses a plain (non-streamed) Chat Completions answer. A body that is an
+/// error object is classified as one; an answer without a usage report has
+/// its usage unknown.
 pub fn parse_completion(body: &[u8]) -> Result<Response, ModelError> {
+    if let Some(error) = serde_json::from_slice::<Value>(body)
+        .ok()
+        .as_ref()
+        .and_then(ErrorObject::of)
+    {
+        return Err(error.classify());
+    }
     let wire: WireCompletion = serde_json::from_slice(body).map_err(|error| {
         ModelError::Malformed(format!("the answer is not a completion: {error}"))
     })?;
@@ -449,70 +511,58 @@ pub fn parse_completion(body: &[u8]) -> Result<Response, ModelError> {
         .into_iter()
         .next()
         .ok_or_else(|| ModelError::Malformed("the answer has no choices".into()))?;
-    let calls = choice
-        .message
-        .tool_calls
-        .into_iter()
-        .map(|call| ToolCall {
-            id: call.id,
-            name: call.function.name,
-            arguments: call.function.arguments,
-        })
-        .collect();
-    assemble(
-        choice.message.reasoning_content,
-        choice.message.content,
-        choice.message.refusal,
-        calls,
-        finish_reason(choice.finish_reason.as_deref()),
-        usage(wire.usage),
-    )
+    let finish = choice
+        .finish_reason
+        .as_deref()
+        .ok_or_else(|| ModelError::Malformed("the answer has no finish reason".into()))?;
+    Assembly {
+        reasoning: choice.message.reasoning_content.unwrap_or_default(),
+        content: choice.message.content.unwrap_or_default(),
+        refusal: choice.message.refusal.unwrap_or_default(),
+        calls: choice
+            .message
+            .tool_calls
+            .into_iter()
+            .map(|call| ToolCall {
+                id: call.id,
+                name: call.function.name,
+                arguments: call.function.arguments,
+            })
+            .collect(),
+    }
+    .response(finish_reason(Some(finish)), wire.usage.map(usage))
 }
 
 /// Folds server-sent events into deltas and, at the end, a response.
 #[derive(Default)]
 struct StreamState {
-    buffer: Vec<u8>,
-    reasoning: String,
-    content: String,
-    refusal: String,
+    answer: Assembly,
     calls: BTreeMap<u32, (String, String, String)>,
     finish: Option<String>,
     usage: Option<WireUsage>,
     done: bool,
-    seen: bool,
 }
 
 impl StreamState {
-    /// Takes more bytes; emits a delta for each piece of every complete event.
-    fn feed(&mut self, bytes: &[u8], on_delta: DeltaFn<'_>) -> Result<(), ModelError> {
-        self.buffer.extend_from_slice(bytes);
-        while let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.buffer.drain(..=end).collect();
-            let line = String::from_utf8(line)
-                .map_err(|_| ModelError::Malformed("the event stream is not UTF-8".into()))?;
-            self.line(line.trim_end_matches(['\r', '\n']), on_delta)?;
-        }
-        Ok(())
-    }
-
-    fn line(&mut self, line: &str, on_delta: DeltaFn<'_>) -> Result<(), ModelError> {
-        let Some(data) = line.strip_prefix("data:") else {
-            // Comments, `event:` and `id:` lines and blank separators carry nothing we use.
-            return Ok(());
-        };
-        let data = data.trim_start();
+    /// Takes one event: `[DONE]` ends the stream, an error object fails
+    /// the call, a chunk adds to the answer and reports its deltas.
+    fn event(&mut self, data: &str, on_delta: DeltaFn<'_>) -> Result<ControlFlow<()>, ModelError> {
+        let data = data.trim();
         if data == "[DONE]" {
             self.done = true;
-            return Ok(());
+            return Ok(ControlFlow::Break(()));
         }
-        if self.done {
-            return Ok(());
+        if data.is_empty() {
+            return Ok(ControlFlow::Continue(()));
         }
-        let chunk: WireChunk = serde_json::from_str(data).map_err(|error| {
+        let value: Value = serde_json::from_str(data)
+            .map_err(|error| ModelError::Malformed(format!("an event is not JSON: {error}")))?;
+        if let Some(error) = ErrorObject::of(&value) {
+            return Err(error.classify());
+        }
+        let chunk: WireChunk = serde_json::from_value(value).map_err(|error| {
             ModelError::Malformed(format!("an event is not a completion chunk: {error}"))
         })?;
-        self.seen = true;
         if chunk.usage.is_some() {
             self.usage = chunk.usage;
         }
@@ -522,15 +572,15 @@ impl StreamState {
             }
             let delta = choice.delta;
             if let Some(text) = delta.reasoning_content.filter(|t| !t.is_empty()) {
-                self.reasoning.push_str(&text);
+                self.answer.reasoning.push_str(&text);
                 on_delta(Delta::Reasoning { text });
             }
             if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
-                self.content.push_str(&text);
+                self.answer.content.push_str(&text);
                 on_delta(Delta::Text { text });
             }
             if let Some(text) = delta.refusal {
-                self.refusal.push_str(&text);
+                self.answer.refusal.push_str(&text);
             }
             for call in delta.tool_calls {
                 let entry = self.calls.entry(call.index).or_default();
@@ -553,16 +603,21 @@ impl StreamState {
                 });
             }
         }
-        Ok(())
+        Ok(ControlFlow::Continue(()))
     }
 
-    fn finish(self) -> Result<Response, ModelError> {
-        if !self.seen {
-            return Err(ModelError::Malformed(
-                "the event stream carried no chunk".into(),
-            ));
-        }
-        let calls = self
+    /// The response, once the stream ended: without a finish reason the
+    /// answer is incomplete, so the call fails (uncertain when the stream
+    /// was cut, malformed when the server said it was done).
+    fn finish(mut self) -> Result<Response, ModelError> {
+        let Some(finish) = self.finish else {
+            return Err(if self.done {
+                ModelError::Malformed("the stream ended with [DONE] but no finish reason".into())
+            } else {
+                ModelError::Interrupted("the stream ended before a finish reason".into())
+            });
+        };
+        self.answer.calls = self
             .calls
             .into_values()
             .map(|(id, name, arguments)| ToolCall {
@@ -571,14 +626,8 @@ impl StreamState {
                 arguments,
             })
             .collect();
-        assemble(
-            Some(self.reasoning),
-            Some(self.content),
-            Some(self.refusal),
-            calls,
-            finish_reason(self.finish.as_deref()),
-            usage(self.usage),
-        )
+        self.answer
+            .response(finish_reason(Some(&finish)), self.usage.map(usage))
     }
 }
 
@@ -593,13 +642,16 @@ impl ChatModel for OpenAiModel {
         }
     }
 
+    fn price(&self) -> Option<Price> {
+        self.config.prices.get(&self.config.model).copied()
+    }
+
     fn call(&self, request: Request) -> BoxFuture<'_, Result<Response, ModelError>> {
         Box::pin(async move {
-            let response = self
-                .send(request_body(&self.config.model, &request, false))
-                .await?;
-            let body = read_limited(response, self.config.max_response_bytes).await?;
-            parse_completion(&body)
+            let wire = self.wire(&request, Delivery::Whole);
+            let response = self.send(&wire.body).await?;
+            let body = http::read_limited(response, self.config.max_response_bytes).await?;
+            Ok(restore(parse_completion(&body)?, wire.strict.as_ref()))
         })
     }
 
@@ -609,22 +661,14 @@ impl ChatModel for OpenAiModel {
         on_delta: DeltaFn<'a>,
     ) -> BoxFuture<'a, Result<Response, ModelError>> {
         Box::pin(async move {
-            let mut response = self
-                .send(request_body(&self.config.model, &request, true))
-                .await?;
+            let wire = self.wire(&request, Delivery::Stream);
+            let response = self.send(&wire.body).await?;
             let mut state = StreamState::default();
-            let mut total = 0usize;
-            while let Some(chunk) = response.chunk().await.map_err(transport)? {
-                total += chunk.len();
-                if total > self.config.max_response_bytes {
-                    return Err(ModelError::TooLarge {
-                        limit: self.config.max_response_bytes,
-                    });
-                }
-                state.feed(&chunk, on_delta)?;
-            }
-            state.feed(b"\n", on_delta)?;
-            state.finish()
+            http::read_events(response, self.config.max_response_bytes, |event| {
+                state.event(&event.data, on_delta)
+            })
+            .await?;
+            Ok(restore(state.finish()?, wire.strict.as_ref()))
         })
     }
 }

@@ -1,7 +1,7 @@
 //! Typed output: ask a model for JSON matching a Rust type and decode it strictly.
 
-use baton_run::Failure;
 use baton_run::program::Schema;
+use baton_run::{Failure, Payload};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 
@@ -50,8 +50,17 @@ impl OutputError {
 }
 
 /// The response format asking for `T`: its schemars JSON Schema, strict.
+/// A provider sends what its strict mode accepts (the OpenAI-compatible one
+/// transforms the schema into the strict subset, or falls back to
+/// non-strict when the type cannot be expressed) and maps its answer back.
 pub fn format_for<T: JsonSchema>() -> ResponseFormat {
-    let name: String = T::schema_name()
+    format_for_schema(&T::schema_name(), &Schema::of::<T>())
+}
+
+/// The strict response format asking for a value of `schema`, named `name`
+/// (characters outside `[A-Za-z0-9_-]` become `_`, at most 64 kept).
+pub fn format_for_schema(name: &str, schema: &Schema) -> ResponseFormat {
+    let name: String = name
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
@@ -68,14 +77,17 @@ pub fn format_for<T: JsonSchema>() -> ResponseFormat {
         } else {
             name
         },
-        schema: Schema::of::<T>().json().to_value(),
+        schema: schema.json().to_value(),
         strict: true,
     }
 }
 
 /// Decodes a response as a `T`: the finish reason must be `stop`, the
 /// message must hold no refusal and only text or reasoning parts, the text
-/// must be non-empty, valid against `T`'s schema and decode strictly.
+/// must be non-empty, strict JSON (a duplicate key is refused, never
+/// resolved to the last one), valid against `T`'s schema and decode
+/// strictly. The text is read as a [`Payload`], never through a
+/// `serde_json::Value`.
 pub fn decode<T: DeserializeOwned + JsonSchema>(response: &Response) -> Result<T, OutputError> {
     let raw = response.message().text();
     let invalid = |reason: String| OutputError::Invalid {
@@ -102,17 +114,16 @@ pub fn decode<T: DeserializeOwned + JsonSchema>(response: &Response) -> Result<T
     if raw.trim().is_empty() {
         return Err(invalid("the answer has no text".into()));
     }
-    let value: serde_json::Value = serde_json::from_str(&raw)
-        .map_err(|error| invalid(format!("the text is not JSON: {error}")))?;
-    Schema::of::<T>()
-        .validate_value(&value)
-        .map_err(|violation| {
-            invalid(format!(
-                "the JSON breaks the schema at {:?}: {}",
-                violation.path, violation.message
-            ))
-        })?;
-    serde_json::from_value(value)
+    let payload = Payload::parse_str(raw.trim())
+        .map_err(|error| invalid(format!("the text is not strict JSON: {error}")))?;
+    Schema::of::<T>().validate(&payload).map_err(|violation| {
+        invalid(format!(
+            "the JSON breaks the schema at {:?}: {}",
+            violation.path, violation.message
+        ))
+    })?;
+    payload
+        .decode()
         .map_err(|error| invalid(format!("the JSON does not decode: {error}")))
 }
 

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use baton_run::BoxFuture;
 
 use crate::chat::{Request, Response};
+use crate::cost::Price;
 use crate::model::{ChatModel, Delta, DeltaFn, ModelError, ModelIdentity};
 
 type Answer = dyn Fn(&Request) -> Result<Response, ModelError> + Send + Sync;
@@ -21,6 +22,7 @@ enum Source {
 #[derive(Clone)]
 pub struct ScriptedModel {
     name: String,
+    price: Option<Price>,
     source: Arc<Source>,
     requests: Arc<Mutex<Vec<Request>>>,
 }
@@ -42,6 +44,7 @@ impl ScriptedModel {
     ) -> ScriptedModel {
         ScriptedModel {
             name: name.into(),
+            price: None,
             source: Arc::new(Source::Closure(Box::new(answer))),
             requests: Arc::default(),
         }
@@ -55,9 +58,17 @@ impl ScriptedModel {
     ) -> ScriptedModel {
         ScriptedModel {
             name: name.into(),
+            price: None,
             source: Arc::new(Source::Script(Mutex::new(answers.into_iter().collect()))),
             requests: Arc::default(),
         }
+    }
+
+    /// The same model with a price, so calls reserve and are charged the
+    /// `cost_micros` meter from the usage its answers report.
+    pub fn with_price(mut self, price: Price) -> ScriptedModel {
+        self.price = Some(price);
+        self
     }
 
     /// Every request received so far, in order.
@@ -99,6 +110,10 @@ impl ChatModel for ScriptedModel {
             provider: "scripted".into(),
             model: self.name.clone(),
         }
+    }
+
+    fn price(&self) -> Option<Price> {
+        self.price
     }
 
     fn call(&self, request: Request) -> BoxFuture<'_, Result<Response, ModelError>> {

@@ -4,8 +4,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use baton_run::program::{
-    Boundary, Condition, Definition, Descriptor, Effect, Execution, ExecutionState, ProgramConfig,
-    Schema, Signal, SignalBody, StepError, Transition, configuration_digest, implementation_digest,
+    Boundary, Condition, Definition, Descriptor, Effect, Execution, ExecutionState, Grant,
+    ProgramConfig, Schema, Signal, SignalBody, StepError, Transition, configuration_digest,
+    implementation_digest,
 };
 use baton_run::{
     Budget, Capabilities, ChildKey, Digest, Failure, FailureKind, Payload, ProcessId, Program,
@@ -432,6 +433,7 @@ impl Execution for Run {
                     input: candidate.input.clone(),
                     budget: candidate.budget.clone(),
                     capabilities: candidate.capabilities.clone(),
+                    grant: Grant::Exact,
                 })
                 .collect();
             effects.push(Effect::WaitChildren {

@@ -10,7 +10,10 @@
 //!   answer, the program of the facade's crate documentation;
 //! - [`pipeline`]: a workflow of two pure stages on the embedded SQLite store;
 //! - [`input_with_timeout`]: an input gate racing a deadline inside
-//!   `FirstSuccess`, under a manual clock.
+//!   `FirstSuccess`, under a manual clock;
+//! - [`research_team`]: a model coordinator and a researcher agent whose
+//!   tools touch the world (an HTTP search, a file write), offline on
+//!   scripted models or on a real provider from the conventional variables.
 //!
 //! Run one with `cargo run -p baton-examples --example NAME`. Each module's
 //! `run` returns the lines its binary prints.
@@ -22,4 +25,5 @@
 pub mod approval;
 pub mod input_with_timeout;
 pub mod pipeline;
+pub mod research_team;
 pub mod team_review;

@@ -89,7 +89,7 @@ pub mod program {
     pub use crate::payload::{PayloadWriter, WriteError, deserialize_present};
     pub use crate::protocol::{
         Boundary, ChildOutcome, ChildSignal, Condition, Definition, Effect, Execution,
-        ExecutionState, ProgramConfig, Signal, SignalBody, Transition, configuration_digest,
+        ExecutionState, Grant, ProgramConfig, Signal, SignalBody, Transition, configuration_digest,
         implementation_digest,
     };
 }

@@ -160,6 +160,11 @@ pub enum Effect {
         /// The child's capabilities.
         #[serde(default, skip_serializing_if = "Capabilities::is_empty")]
         capabilities: Capabilities,
+        /// How `budget` is granted: exactly (the default, and what logs
+        /// written before this field mean), or clipped to what the parent
+        /// has left.
+        #[serde(default, skip_serializing_if = "Grant::is_exact")]
+        grant: Grant,
     },
     /// Delivers a signal to a child: its mailbox append and the parent's
     /// receipt commit together; a refusal leaves the child unchanged.
@@ -187,6 +192,32 @@ pub enum Effect {
         /// How many must reach it.
         condition: Condition,
     },
+}
+
+/// How a child start grants its budget.
+///
+/// `Exact` grants the budget as written and refuses a start the parent
+/// cannot afford (`engine.child.budget_exhausted`). `Clipped` grants, in
+/// each dimension, the smaller of the request and what the parent has left:
+/// an unlimited request under a finite parent gets the parent's remainder,
+/// and a meter the parent limits but the request does not name is granted
+/// zero, so a clipped child never takes what it did not ask for. A clipped
+/// start is never refused for budget.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Grant {
+    /// This budget, or a refusal.
+    #[default]
+    Exact,
+    /// This budget, clipped to what the parent has left.
+    Clipped,
+}
+
+impl Grant {
+    /// Whether this is the exact (default) grant.
+    pub fn is_exact(&self) -> bool {
+        matches!(self, Grant::Exact)
+    }
 }
 
 /// Where a child must be for [`Effect::WaitChildren`].

@@ -37,6 +37,7 @@ mod codec;
 mod policy;
 mod state;
 mod team;
+mod typed;
 mod wire;
 
 use std::collections::BTreeSet;
@@ -49,6 +50,7 @@ use baton_run::{Budget, Capabilities, Program, Quota};
 use serde::Serialize;
 
 pub use policy::{Decide, Policy, PolicyConfig};
+pub use typed::decision_schema;
 pub use wire::{Control, ControlAction, ControlReceipt, Decision, Mode, Task, TaskRequest, Turn};
 
 /// Task keys may not start with this prefix: the team starts its

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use baton_run::program::{
     Boundary, ChildOutcome, Condition, Definition, Descriptor, Effect, Execution, ExecutionState,
-    SchemaViolation, Signal, SignalBody, StepError, Transition,
+    Grant, SchemaViolation, Signal, SignalBody, StepError, Transition,
 };
 use baton_run::{
     ChildKey, Failure, FailureKind, Name, Payload, PayloadError, Program, Quota, Settlement,
@@ -247,6 +247,7 @@ impl TeamRun {
                 input,
                 budget: coordinator.budget.clone(),
                 capabilities: coordinator.capabilities.clone(),
+                grant: Grant::Exact,
             },
             self.turn_wait(number),
         ]))
@@ -389,6 +390,7 @@ impl TeamRun {
                 input: request.input.clone(),
                 budget: worker.budget.clone(),
                 capabilities: worker.capabilities.clone(),
+                grant: Grant::Exact,
             });
             self.record
                 .tasks

@@ -7,11 +7,13 @@
 //! given record kind, as a crash would, [`store_conformance`], the suite
 //! every [`Store`](baton_run::store::Store) implementation calls from its tests, and
 //! [`engine_conformance`], the engine's scenarios run on such a store, with
-//! the test [`programs`] they drive, and the strategies of the stable
-//! toolchain's [`fuzz`] tests.
+//! the test [`programs`] they drive, the strategies of the stable
+//! toolchain's [`fuzz`] tests, and [`strict::check_openai_strict`],
+//! OpenAI's published strict-mode schema rules as a checker for providers
+//! that send strict schemas.
 //!
 //! Depend on it from tests (`[dev-dependencies]`). It knows only `baton-run`;
-//! it knows nothing of particular strategies or store backends.
+//! it knows nothing of particular strategies, providers or store backends.
 //!
 //! No cargo features.
 
@@ -22,6 +24,7 @@ mod fault;
 pub mod fuzz;
 pub mod programs;
 mod store;
+pub mod strict;
 
 pub use conformance::{ConformanceCase, definition_conformance};
 pub use dispatcher::ScriptedDispatcher;

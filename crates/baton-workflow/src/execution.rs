@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use baton_run::program::{
-    Boundary, Condition, Effect, Execution, ExecutionState, Schema, Signal, SignalBody, StepError,
-    Transition,
+    Boundary, Condition, Effect, Execution, ExecutionState, Grant, Schema, Signal, SignalBody,
+    StepError, Transition,
 };
 use baton_run::{
     ChildKey, Failure, FailureKind, Payload, ProcessId, Settlement, Status, Termination,
@@ -445,6 +445,7 @@ impl Run {
                 input,
                 budget: child.budget.clone(),
                 capabilities: child.capabilities.clone(),
+                grant: Grant::Exact,
             });
             slots.push(Slot {
                 index,

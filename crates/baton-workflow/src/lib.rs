@@ -18,6 +18,14 @@
 //! - [`loop_until`]: a body child run at least once until a pure predicate
 //!   holds or the iterations run out.
 //!
+//! A stage does no I/O; outside work is an [`Activity`]: a program whose one
+//! effect runs an async function `I -> Result<O, ActivityError>` through its
+//! dispatcher, with a replay policy, the effect id as idempotency key, a
+//! per-call timeout, panics caught as classified failures and, optionally,
+//! a person's approval first. A [`call`] stage runs one like any child; the
+//! agent layer wraps one as a model-facing tool. Failures a later attempt
+//! may fix carry a [`RetryHint`] ([`Certainty`] and `Retry-After`).
+//!
 //! Failures carry stable codes `workflow.<kind>.<suffix>`; fan-out stages
 //! fail with the lowest-index failure of a window (see `docs/workflow.md`).
 //!
@@ -41,13 +49,20 @@
 //! Depend on it (or on the `baton` facade's `baton::workflow`) to compose
 //! programs into pipelines. It depends only on `baton-run` and knows
 //! nothing of teams, models, coordination programs or stores: the children
-//! it runs are opaque programs.
+//! it runs are opaque programs, and an activity's function is opaque work.
 //!
 //! No cargo features.
 
+mod activity;
 mod execution;
 mod stage;
 mod workflow;
+
+pub use activity::{
+    ACTIVITY_DENIED, ACTIVITY_FAILED, ACTIVITY_INVALID, ACTIVITY_PANICKED, ACTIVITY_TIMED_OUT,
+    Activity, ActivityConfig, ActivityContext, ActivityError, Approval, ApprovalRequest, Certainty,
+    DEFAULT_ACTIVITY_TIMEOUT, RetryHint, Verdict,
+};
 
 pub use stage::{
     Child, LoopResult, Stage, StageKind, TransformError, call, fork, loop_until, map, switch,

@@ -138,6 +138,12 @@ pub enum ConfigError {
         /// The later stage.
         to: String,
     },
+    /// An activity's timeout is zero.
+    #[error("activity {activity:?}: the timeout must be positive")]
+    ZeroTimeout {
+        /// The activity's name.
+        activity: String,
+    },
     /// The configuration could not be digested (a schema too large to encode).
     #[error("the configuration does not encode: {message}")]
     Encode {

@@ -12,9 +12,9 @@
 //! | module | crate | what it holds |
 //! | --- | --- | --- |
 //! | [`run`] | `baton-run` | the run kernel: programs, effects, signals, the log, stores, budgets, the engine |
-//! | [`workflow`] | `baton-workflow` | workflow stages as one program: transform, call, switch, fork, map, loop |
+//! | [`workflow`] | `baton-workflow` | workflow stages as one program: transform, call, switch, fork, map, loop; activities (async functions as programs) |
 //! | [`coordination`] | `baton-coordination` | an input gate, first-success racing, deadlines with a timer dispatcher |
-//! | [`agent`] | `baton-agent` | chat types, the model trait, typed output, the model-backed interaction, the adapter, a scripted model, providers |
+//! | [`agent`] | `baton-agent` | chat types, the model trait, typed output, the model-backed interaction, tools, the adapter, a scripted model, providers |
 //! | [`team`] | `baton-team` | the team coordinator: a coordinator program turns each `Turn` into a `Decision` over worker tasks |
 //! | [`store`] | `baton-store-*` | durable store backends: [`store::sqlite`] (`baton-store-sqlite`, the embedded default) |
 //!
@@ -25,6 +25,8 @@
 //! - `sqlite` (default): the embedded durable store, `baton::store::sqlite`.
 //! - `openai` (default): the OpenAI-compatible Chat Completions provider,
 //!   `baton::agent::openai`.
+//! - `anthropic` (default): the Anthropic Messages API provider,
+//!   `baton::agent::anthropic` (the same HTTP client as `openai`).
 //!
 //! ## The model in one page
 //!

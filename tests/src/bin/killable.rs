@@ -26,8 +26,9 @@ use std::sync::{Arc, Mutex};
 
 use baton::run::dispatch::{DispatchCall, Dispatcher, ReplayPolicy};
 use baton::run::program::{
-    Boundary, Condition, Definition, Descriptor, Effect, Execution, ExecutionState, ProgramConfig,
-    Schema, Signal, SignalBody, StepError, Transition, configuration_digest, implementation_digest,
+    Boundary, Condition, Definition, Descriptor, Effect, Execution, ExecutionState, Grant,
+    ProgramConfig, Schema, Signal, SignalBody, StepError, Transition, configuration_digest,
+    implementation_digest,
 };
 use baton::run::{
     BoxFuture, ChildKey, Engine, EngineConfig, EventKind, Payload, Program, RecoverOptions, Scope,
@@ -186,6 +187,7 @@ impl Execution for Run {
                             input: Payload::encode(&tree)?,
                             budget: baton::run::Budget::unlimited(),
                             capabilities: baton::run::Capabilities::none(),
+                            grant: Grant::Exact,
                         },
                     ],
                 })

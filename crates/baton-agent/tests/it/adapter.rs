@@ -317,7 +317,7 @@ fn typed_output_requires_stop_and_no_refusal() {
     let cut = Response::new(
         Message::assistant(json),
         FinishReason::Length,
-        Usage::default(),
+        Some(Usage::default()),
     )
     .expect("valid");
     assert_eq!(
@@ -331,9 +331,25 @@ fn typed_output_requires_stop_and_no_refusal() {
         )
         .expect("valid"),
         FinishReason::Stop,
-        Usage::default(),
+        Some(Usage::default()),
     )
     .expect("valid");
     assert!(output::decode::<Verdict>(&refused).is_err());
     assert!(output::decode::<Verdict>(&Response::text(json)).is_ok());
+}
+
+#[test]
+fn duplicate_keys_in_a_models_json_answer_are_refused_as_invalid_output() {
+    let duplicated = Response::text(r#"{"approve":true,"reason":"fine","approve":false}"#);
+    let refused = output::decode::<Verdict>(&duplicated).expect_err("refused");
+    assert_eq!(refused.code(), "chat.output.invalid");
+    match refused {
+        OutputError::Invalid { reason, raw } => {
+            assert!(reason.contains("duplicate"), "{reason}");
+            assert!(raw.contains(r#""approve":false"#), "the raw text is kept");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let once = Response::text(r#"{"approve":true,"reason":"fine"}"#);
+    assert!(output::decode::<Verdict>(&once).expect("decodes").approve);
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use baton_agent::{
     ChatModel, Interaction, InteractionConfig, InteractionInput, InteractionOutput, Message,
-    ModelError, ModelIdentity, Request, Response, Tool, ToolCall,
+    ModelError, ModelIdentity, Request, Response, Tool, ToolCall, ToolConfig, ToolContext,
 };
 use baton_run::store::Store;
 use baton_run::{
@@ -39,6 +39,22 @@ pub fn add_program() -> Program<AddArgs, i64> {
 
 pub fn add_tool() -> Tool {
     Tool::new("add", "Adds a and b.", &add_program())
+}
+
+/// The arguments of the `echo` tool.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EchoArgs {
+    pub text: String,
+}
+
+/// A tool function answering with its text.
+pub fn echo_tool() -> Tool {
+    Tool::function(
+        ToolConfig::new("echo", "Echoes text."),
+        |args: EchoArgs, _context: ToolContext| async move { Ok(args.text) },
+    )
+    .expect("a valid tool")
 }
 
 pub fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
@@ -147,7 +163,7 @@ impl ChatModel for GatedModel {
             self.release
                 .acquire()
                 .await
-                .map_err(|e| ModelError::Transport(e.to_string()))?
+                .map_err(|e| ModelError::Interrupted(e.to_string()))?
                 .forget();
             Ok(answer)
         })

@@ -181,25 +181,74 @@ async fn a_token_budget_below_max_tokens_refuses_the_call_before_the_model_runs(
 }
 
 #[tokio::test]
-async fn generated_tokens_are_charged_to_the_tokens_meter() {
+async fn input_and_output_tokens_are_charged_to_their_meters_and_their_sum() {
     let model = ScriptedModel::new("counted", |_| {
         Ok(Response::text("ok").with_usage(Usage {
             input_tokens: 40,
             output_tokens: 7,
+            ..Usage::default()
         }))
     });
     let program = interaction(Arc::new(model), 4);
     let engine = engine(Arc::new(MemoryStore::new()), &program);
     let mut request = start("charged", ask("hi"));
-    request.budget = Budget::unlimited().with_meter(Name::new("tokens").expect("valid"), 1000);
+    request.budget = Budget::unlimited().with_meter(Name::new("tokens").expect("valid"), 10_000);
     let handle = engine.start(&program, request).await.expect("starts");
     handle.join().await.expect("joins");
     let view = engine
         .inspect(&scope(), handle.tree(), Visibility::Public)
         .await
         .expect("inspects");
-    let tokens = Name::new("tokens").expect("valid");
-    assert_eq!(view.root().usage.meters.get(&tokens), Some(&7));
+    let meter = |name: &str| {
+        view.root()
+            .usage
+            .meters
+            .get(&Name::new(name).expect("valid"))
+            .copied()
+    };
+    assert_eq!(meter(baton_agent::TOKENS_IN), Some(40));
+    assert_eq!(meter(baton_agent::TOKENS_OUT), Some(7));
+    assert_eq!(meter(baton_agent::TOKENS), Some(47));
+    assert_eq!(
+        meter(baton_agent::COST_MICROS),
+        None,
+        "an unpriced model has no cost"
+    );
+}
+
+#[tokio::test]
+async fn a_response_without_usage_is_charged_its_whole_reservation() {
+    let model = ScriptedModel::new("silent", |_| Ok(Response::text("ok").without_usage()));
+    let program = interaction(Arc::new(model), 4);
+    let engine = engine(Arc::new(MemoryStore::new()), &program);
+    let handle = engine
+        .start(&program, start("unmetered", ask("hi")))
+        .await
+        .expect("starts");
+    let output = handle.output().await.expect("completes");
+    assert_eq!(
+        output.response.usage(),
+        None,
+        "the usage is visibly unknown"
+    );
+    let view = engine
+        .inspect(&scope(), handle.tree(), Visibility::Public)
+        .await
+        .expect("inspects");
+    let meter = |name: &str| {
+        view.root()
+            .usage
+            .meters
+            .get(&Name::new(name).expect("valid"))
+            .copied()
+            .unwrap_or(0)
+    };
+    assert_eq!(meter(baton_agent::TOKENS_OUT), 100, "max_tokens, not 0");
+    assert!(meter(baton_agent::TOKENS_IN) > 0, "the input bound, not 0");
+    assert_eq!(
+        meter(baton_agent::TOKENS),
+        meter(baton_agent::TOKENS_IN) + meter(baton_agent::TOKENS_OUT)
+    );
 }
 
 #[tokio::test]
@@ -330,7 +379,7 @@ async fn a_length_cut_tool_call_is_asked_again_without_running() {
         }
         let message =
             Message::tool_calls(None, vec![call("c1", "add", r#"{"a":1"#)]).expect("valid");
-        Ok(Response::new(message, FinishReason::Length, Usage::default()).expect("valid"))
+        Ok(Response::new(message, FinishReason::Length, Some(Usage::default())).expect("valid"))
     });
     let program = interaction(Arc::new(model), 4);
     let engine = engine(Arc::new(MemoryStore::new()), &program);
@@ -487,7 +536,7 @@ async fn oversized_responses_fail_as_model_failures() {
         .await
         .expect("terminates");
     let failure = termination.failure().expect("failure");
-    assert_eq!(failure.code(), "interaction.model.failed");
+    assert_eq!(failure.code(), "chat.provider.too_large");
     assert_eq!(failure.kind, FailureKind::External);
     assert!(
         failure.message.contains("not retryable"),
@@ -500,10 +549,10 @@ async fn oversized_responses_fail_as_model_failures() {
 async fn model_errors_fail_with_their_classification() {
     let model = ScriptedModel::script(
         "down",
-        [Err(baton_agent::ModelError::Status {
-            status: 503,
-            retryable: true,
+        [Err(baton_agent::ModelError::Unavailable {
+            status: Some(503),
             message: "overloaded".into(),
+            retry_after: Some(std::time::Duration::from_secs(2)),
         })],
     );
     let program = interaction(Arc::new(model), 2);
@@ -516,9 +565,10 @@ async fn model_errors_fail_with_their_classification() {
         .await
         .expect("terminates");
     let failure = termination.failure().expect("failure");
-    assert_eq!(failure.code(), "interaction.model.failed");
+    assert_eq!(failure.code(), "chat.provider.unavailable");
+    assert_eq!(failure.kind, FailureKind::External);
     assert!(
-        failure.message.starts_with("http 503, retryable"),
+        failure.message.contains("http 503") && failure.message.contains("retry after 2000ms"),
         "{}",
         failure.message
     );

@@ -1,9 +1,16 @@
-//! The agent layer's integration tests, one binary: the interaction, the
-//! adapter, typed output and (feature `openai`) the OpenAI-compatible provider.
+//! The agent layer's integration tests, one binary: the interaction, tools,
+//! the adapter, typed output, strict-mode schemas and (features `openai`
+//! and `anthropic`) the providers against a loopback server.
 #![allow(missing_docs)]
 
 mod adapter;
+#[cfg(feature = "anthropic")]
+mod anthropic;
 mod common;
 mod interaction;
 #[cfg(feature = "openai")]
 mod openai;
+mod strict;
+mod tools;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod wire;

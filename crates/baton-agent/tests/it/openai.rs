@@ -1,106 +1,47 @@
 //! The OpenAI-compatible provider against a local HTTP/1.1 server (loopback
 //! only) that speaks the Chat Completions wire format as publicly
-//! documented: plain answers, tool calls, server-sent events, error statuses,
-//! malformed bodies and timeouts.
+//! documented: plain answers, tool calls, server-sent events, strict typed
+//! output, error statuses and error objects, truncated streams, usage and
+//! cost, malformed bodies and timeouts.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::*;
-use baton_agent::openai::{OpenAiConfig, OpenAiModel};
+use crate::strict::{Everything, Kind, check};
+use crate::wire::{Reply, Seen, data, server};
+use baton_agent::openai::{Delivery, OpenAiConfig, OpenAiModel, TokenLimit};
 use baton_agent::{
-    ChatModel, FinishReason, InteractionOutput, Message, ModelError, Request, Role, output,
+    COST_MICROS, ChatModel, FinishReason, Interaction, InteractionConfig, InteractionOutput,
+    Message, ModelError, Price, Request, Role, TOKENS, TOKENS_IN, TOKENS_OUT, Usage, output,
 };
-use baton_run::{EventKind, MemoryStore, Status, Visibility};
+use baton_run::{Budget, EventKind, MemoryStore, Name, Status, Visibility};
+use baton_workflow::Certainty;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-
-/// What the server answers to one request.
-enum Reply {
-    Json(u16, String),
-    Sse(Vec<Value>),
-    Hang,
-}
-
-/// A one-request-per-connection HTTP/1.1 server on 127.0.0.1 answering
-/// with the scripted replies in order; every request body is reported.
-async fn server(replies: Vec<Reply>) -> (String, mpsc::UnboundedReceiver<Value>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
-    let address = listener.local_addr().expect("address");
-    let (bodies, received) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        for reply in replies {
-            let Ok((mut stream, _)) = listener.accept().await else {
-                return;
-            };
-            let body = read_request(&mut stream).await;
-            let _ = bodies.send(serde_json::from_slice(&body).unwrap_or(Value::Null));
-            respond(stream, reply).await;
-        }
-    });
-    (format!("http://{address}/v1"), received)
-}
-
-async fn read_request(stream: &mut TcpStream) -> Vec<u8> {
-    let mut data = Vec::new();
-    let mut buffer = [0u8; 4096];
-    loop {
-        let n = stream.read(&mut buffer).await.expect("reads");
-        assert!(n > 0, "the client closed before a whole request");
-        data.extend_from_slice(&buffer[..n]);
-        if let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&data[..end]).to_lowercase();
-            assert!(head.starts_with("post /v1/chat/completions "), "{head}");
-            let length: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .map(|v| v.trim().parse().expect("a length"))
-                .unwrap_or(0);
-            while data.len() < end + 4 + length {
-                let n = stream.read(&mut buffer).await.expect("reads");
-                data.extend_from_slice(&buffer[..n]);
-            }
-            return data[end + 4..end + 4 + length].to_vec();
-        }
-    }
-}
-
-async fn respond(mut stream: TcpStream, reply: Reply) {
-    match reply {
-        Reply::Json(status, body) => {
-            let head = format!(
-                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = stream.write_all(head.as_bytes()).await;
-            let _ = stream.write_all(body.as_bytes()).await;
-        }
-        Reply::Sse(events) => {
-            let _ = stream
-                .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
-                .await;
-            for event in events {
-                let _ = stream
-                    .write_all(format!("data: {event}\n\n").as_bytes())
-                    .await;
-                let _ = stream.flush().await;
-            }
-            let _ = stream.write_all(b"data: [DONE]\n\n").await;
-        }
-        Reply::Hang => std::future::pending::<()>().await,
-    }
-    let _ = stream.shutdown().await;
-}
+use tokio::net::TcpListener;
+use tokio::sync::mpsc::UnboundedReceiver;
 
 fn model(base_url: &str) -> OpenAiModel {
-    let mut config = OpenAiConfig::new(base_url, "test-model");
+    OpenAiModel::new(config(base_url)).expect("a client")
+}
+
+fn config(base_url: &str) -> OpenAiConfig {
+    let mut config = OpenAiConfig::new(format!("{base_url}/v1"), "test-model");
     config.api_key = Some("sk-test".into());
     config.timeout = Duration::from_millis(500);
-    OpenAiModel::new(config).expect("a client")
+    config
+}
+
+async fn next(seen: &mut UnboundedReceiver<Seen>) -> Value {
+    let seen = seen.recv().await.expect("a request");
+    assert!(
+        seen.head.starts_with("post /v1/chat/completions "),
+        "{}",
+        seen.head
+    );
+    seen.body
 }
 
 fn completion(message: Value, finish: &str) -> String {
@@ -115,43 +56,62 @@ fn completion(message: Value, finish: &str) -> String {
     .to_string()
 }
 
-fn chunk(delta: Value, finish: Option<&str>) -> Value {
-    json!({
-        "id": "chatcmpl-2",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "test-model",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    })
+fn text_completion(text: &str) -> Reply {
+    Reply::json(
+        200,
+        completion(json!({"role": "assistant", "content": text}), "stop"),
+    )
 }
 
-fn usage_chunk() -> Value {
-    json!({
-        "id": "chatcmpl-2",
-        "object": "chat.completion.chunk",
-        "choices": [],
-        "usage": {"prompt_tokens": 20, "completion_tokens": 4, "total_tokens": 24},
-    })
+fn chunk(delta: Value, finish: Option<&str>) -> String {
+    data(
+        &json!({
+            "id": "chatcmpl-2",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "test-model",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        })
+        .to_string(),
+    )
+}
+
+fn usage_chunk(usage: Value) -> String {
+    data(
+        &json!({
+            "id": "chatcmpl-2",
+            "object": "chat.completion.chunk",
+            "choices": [],
+            "usage": usage,
+        })
+        .to_string(),
+    )
+}
+
+fn plain_usage() -> Value {
+    json!({"prompt_tokens": 20, "completion_tokens": 4, "total_tokens": 24})
+}
+
+fn done() -> String {
+    data("[DONE]")
 }
 
 fn text_stream(pieces: &[&str]) -> Reply {
-    let mut events = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
-    events.extend(pieces.iter().map(|p| chunk(json!({"content": p}), None)));
-    events.push(chunk(json!({}), Some("stop")));
-    events.push(usage_chunk());
-    Reply::Sse(events)
+    let mut frames = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
+    frames.extend(pieces.iter().map(|p| chunk(json!({"content": p}), None)));
+    frames.push(chunk(json!({}), Some("stop")));
+    frames.push(usage_chunk(plain_usage()));
+    frames.push(done());
+    Reply::Events(frames)
+}
+
+fn hi() -> Request {
+    Request::of(vec![Message::user("hi")]).expect("valid")
 }
 
 #[tokio::test]
-async fn a_plain_completion_becomes_a_response() {
-    let (url, mut bodies) = server(vec![Reply::Json(
-        200,
-        completion(
-            json!({"role": "assistant", "content": "Hello!", "refusal": null}),
-            "stop",
-        ),
-    )])
-    .await;
+async fn a_plain_completion_becomes_a_response_and_the_limit_is_sent_as_max_completion_tokens() {
+    let (url, mut seen) = server(vec![text_completion("Hello!"), text_completion("Again")]).await;
     let model = model(&url);
     let request = Request::of(vec![Message::system("Be kind."), Message::user("Hi")])
         .expect("valid")
@@ -161,14 +121,15 @@ async fn a_plain_completion_becomes_a_response() {
             response_format: None,
         })
         .expect("valid");
-    let response = model.call(request).await.expect("answers");
+    let response = model.call(request.clone()).await.expect("answers");
     assert_eq!(response.message().text(), "Hello!");
     assert_eq!(response.finish_reason(), FinishReason::Stop);
-    assert_eq!(response.usage().input_tokens, 11);
-    assert_eq!(response.usage().output_tokens, 3);
-    let body = bodies.recv().await.expect("a request");
+    let usage = response.usage().expect("reported");
+    assert_eq!((usage.input_tokens, usage.output_tokens), (11, 3));
+    let body = next(&mut seen).await;
     assert_eq!(body["model"], "test-model");
-    assert_eq!(body["max_tokens"], 64);
+    assert_eq!(body["max_completion_tokens"], 64);
+    assert!(body.get("max_tokens").is_none(), "{body}");
     assert_eq!(body["temperature"], 0.5);
     assert_eq!(
         body["messages"][0],
@@ -179,45 +140,85 @@ async fn a_plain_completion_becomes_a_response() {
         json!({"role": "user", "content": "Hi"})
     );
     assert!(body.get("stream").is_none());
+
+    let mut older = config(&url);
+    older.token_limit = TokenLimit::MaxTokens;
+    OpenAiModel::new(older)
+        .expect("a client")
+        .call(request)
+        .await
+        .expect("answers");
+    let body = next(&mut seen).await;
+    assert_eq!(body["max_tokens"], 64);
+    assert!(body.get("max_completion_tokens").is_none(), "{body}");
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(dead_code)]
 struct Weather {
     city: String,
     celsius: i32,
 }
 
 #[tokio::test]
-async fn typed_output_sends_a_json_schema_response_format() {
-    let (url, mut bodies) = server(vec![Reply::Json(
-        200,
-        completion(
-            json!({"role": "assistant", "content": "{\"city\":\"Oslo\",\"celsius\":-3}"}),
-            "stop",
-        ),
+async fn duplicate_keys_in_a_typed_answer_are_refused_as_invalid_output() {
+    let (url, _seen) = server(vec![text_completion(
+        r#"{"city":"Oslo","celsius":-3,"city":"Bergen"}"#,
     )])
     .await;
-    let request = Request::of(vec![Message::user("Weather in Oslo?")]).expect("valid");
-    let weather: Weather = output::output(&model(&url), &request)
+    let error = output::output::<Weather>(&model(&url), &hi())
         .await
-        .expect("decodes");
-    assert_eq!((weather.city.as_str(), weather.celsius), ("Oslo", -3));
-    let body = bodies.recv().await.expect("a request");
-    let format = &body["response_format"];
-    assert_eq!(format["type"], "json_schema");
-    assert_eq!(format["json_schema"]["name"], "Weather");
-    assert_eq!(format["json_schema"]["strict"], true);
-    assert_eq!(
-        format["json_schema"]["schema"]["additionalProperties"],
-        false
-    );
+        .expect_err("refused");
+    assert_eq!(error.code(), "chat.output.invalid");
+    assert!(error.to_string().contains("duplicate"), "{error}");
 }
 
 #[tokio::test]
-async fn a_tool_call_round_trip_runs_through_an_interaction() {
-    let (url, mut bodies) = server(vec![
-        Reply::Sse(vec![
+async fn a_strict_typed_answer_is_sent_in_the_strict_subset_and_decodes_with_absent_members() {
+    let answer = json!({
+        "name": "root",
+        "count": 3,
+        "kind": {"type": "folder", "items": 2},
+        "nested": {"label": "n", "weight": null},
+        "children": [{"name": "leaf", "count": 0, "kind": {"type": "file"}, "nested": null, "children": [], "note": null}],
+        "note": null
+    });
+    let (url, mut seen) = server(vec![text_completion(&answer.to_string())]).await;
+    let decoded: Everything = output::output(&model(&url), &hi()).await.expect("decodes");
+    assert_eq!((decoded.name.as_str(), decoded.count), ("root", 3));
+    assert!(matches!(decoded.kind, Kind::Folder { items: 2 }));
+    let nested = decoded.nested.as_ref().expect("present");
+    assert_eq!((nested.label.as_str(), nested.weight), ("n", None));
+    assert_eq!(decoded.children[0].name, "leaf");
+    assert!(decoded.note.is_none() && decoded.children[0].nested.is_none());
+    let body = next(&mut seen).await;
+    let format = &body["response_format"]["json_schema"];
+    assert_eq!(format["strict"], true);
+    check(&format["schema"]);
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct Loose {
+    name: String,
+    extra: Value,
+}
+
+#[tokio::test]
+async fn a_type_strict_mode_cannot_express_is_sent_with_strict_false() {
+    let (url, mut seen) = server(vec![text_completion(r#"{"name":"a","extra":[1]}"#)]).await;
+    let loose: Loose = output::output(&model(&url), &hi()).await.expect("decodes");
+    assert_eq!(loose.extra, json!([1]));
+    let body = next(&mut seen).await;
+    assert_eq!(body["response_format"]["json_schema"]["strict"], false);
+}
+
+#[tokio::test]
+async fn a_tool_call_round_trip_runs_through_an_interaction_with_object_parameters() {
+    let (url, mut seen) = server(vec![
+        Reply::Events(vec![
             chunk(
                 json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": "call_abc", "type": "function", "function": {"name": "add", "arguments": ""}}]}),
                 None,
@@ -231,12 +232,21 @@ async fn a_tool_call_round_trip_runs_through_an_interaction() {
                 None,
             ),
             chunk(json!({}), Some("tool_calls")),
-            usage_chunk(),
+            usage_chunk(plain_usage()),
+            done(),
         ]),
         text_stream(&["The sum ", "is 5."]),
     ])
     .await;
-    let program = interaction(Arc::new(model(&url)), 4);
+    let mut config = InteractionConfig::new(
+        "test.assistant",
+        "Answers with the help of tools.",
+        Arc::new(model(&url)),
+        100,
+        4,
+    );
+    config.tools = vec![add_tool(), echo_tool()];
+    let program = Interaction::new(config).expect("valid").program();
     let engine = engine(Arc::new(MemoryStore::new()), &program);
     let handle = engine
         .start(&program, start("openai-tools", ask("2 + 3?")))
@@ -246,17 +256,20 @@ async fn a_tool_call_round_trip_runs_through_an_interaction() {
     assert_eq!(output.response.message().text(), "The sum is 5.");
     assert_eq!(output.model_calls, 2);
 
-    let first = bodies.recv().await.expect("first request");
+    let first = next(&mut seen).await;
     assert_eq!(first["stream"], true);
     assert_eq!(first["stream_options"]["include_usage"], true);
-    assert_eq!(first["tools"][0]["type"], "function");
-    assert_eq!(first["tools"][0]["function"]["name"], "add");
-    assert_eq!(
-        first["tools"][0]["function"]["parameters"]["type"],
-        "object"
-    );
+    let tools = first["tools"].as_array().expect("tools");
+    assert_eq!(tools.len(), 2);
+    for tool in tools {
+        assert_eq!(tool["type"], "function");
+        assert_eq!(
+            tool["function"]["parameters"]["type"], "object",
+            "every tool's parameters are an object schema: {tool}"
+        );
+    }
     assert_eq!(first["tool_choice"], "auto");
-    let second = bodies.recv().await.expect("second request");
+    let second = next(&mut seen).await;
     let messages = second["messages"].as_array().expect("messages");
     let assistant = &messages[messages.len() - 2];
     assert_eq!(assistant["role"], "assistant");
@@ -274,7 +287,7 @@ async fn a_tool_call_round_trip_runs_through_an_interaction() {
 
 #[tokio::test]
 async fn streamed_deltas_arrive_as_engine_events_in_order() {
-    let (url, _bodies) = server(vec![text_stream(&["Hel", "lo", ", ", "world"])]).await;
+    let (url, _seen) = server(vec![text_stream(&["Hel", "lo", ", ", "world"])]).await;
     let program = interaction(Arc::new(model(&url)), 2);
     let engine = engine(Arc::new(MemoryStore::new()), &program);
     let mut events = engine.events();
@@ -299,52 +312,158 @@ async fn streamed_deltas_arrive_as_engine_events_in_order() {
         .inspect(&scope(), handle.tree(), Visibility::Public)
         .await
         .expect("inspects");
-    let tokens = baton_run::Name::new("tokens").expect("valid");
-    assert_eq!(
-        view.root().usage.meters.get(&tokens),
-        Some(&4),
-        "usage reached the meter"
-    );
-}
-
-#[tokio::test]
-async fn error_statuses_are_classified_with_their_retryability() {
-    let error = |status: u16| {
-        Reply::Json(
-            status,
-            json!({"error": {"message": format!("status {status}"), "type": "x", "code": null}})
-                .to_string(),
-        )
+    let meter = |name: &str| {
+        view.root()
+            .usage
+            .meters
+            .get(&Name::new(name).expect("valid"))
+            .copied()
     };
-    let (url, _bodies) = server(vec![error(429), error(500), error(400), error(401)]).await;
+    assert_eq!(meter(TOKENS_IN), Some(20));
+    assert_eq!(meter(TOKENS_OUT), Some(4));
+    assert_eq!(meter(TOKENS), Some(24));
+}
+
+#[tokio::test]
+async fn multi_line_data_fields_and_comments_are_read_as_one_event() {
+    let split = format!(
+        ": a comment the parser skips\ndata: {}\ndata: {}\n\n",
+        r#"{"choices":[{"index":0,"delta":{"content":"two "},"#, r#""finish_reason":null}]}"#
+    );
+    let (url, _seen) = server(vec![Reply::Events(vec![
+        split,
+        chunk(json!({"content": "lines"}), None),
+        chunk(json!({}), Some("stop")),
+        usage_chunk(plain_usage()),
+        done(),
+    ])])
+    .await;
+    let response = model(&url).stream(hi(), &|_| {}).await.expect("answers");
+    assert_eq!(response.message().text(), "two lines");
+}
+
+#[tokio::test]
+async fn an_error_object_in_a_stream_is_a_classified_failure() {
+    let (url, _seen) = server(vec![
+        Reply::Events(vec![
+            chunk(json!({"content": "partial"}), None),
+            data(r#"{"error":{"message":"The server had an error","type":"server_error","code":null}}"#),
+        ]),
+        Reply::Events(vec![data(
+            r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#,
+        )]),
+    ])
+    .await;
     let model = model(&url);
-    let request = || Request::of(vec![Message::user("hi")]).expect("valid");
-    let mut seen = Vec::new();
-    for _ in 0..4 {
-        let error = model.call(request()).await.expect_err("fails");
-        assert_eq!(error.code(), "interaction.model.failed");
-        seen.push((error.status(), error.is_retryable()));
-        if let ModelError::Status { message, .. } = &error {
-            assert!(message.starts_with("status "), "{message}");
-        }
-    }
+    let server_error = model.stream(hi(), &|_| {}).await.expect_err("fails");
+    assert_eq!(server_error.code(), "chat.provider.unavailable");
     assert_eq!(
-        seen,
-        [
-            (Some(429), true),
-            (Some(500), true),
-            (Some(400), false),
-            (Some(401), false)
-        ]
+        server_error.retry().map(|hint| hint.certainty),
+        Some(Certainty::Definite)
+    );
+    let limited = model.stream(hi(), &|_| {}).await.expect_err("fails");
+    assert_eq!(limited.code(), "chat.provider.rate_limited");
+}
+
+#[tokio::test]
+async fn a_stream_cut_before_its_finish_reason_is_an_uncertain_failure_never_a_partial_answer() {
+    let (url, _seen) = server(vec![
+        Reply::Events(vec![chunk(json!({"content": "half an ans"}), None)]),
+        Reply::Events(vec![chunk(json!({"content": "no finish"}), None), done()]),
+        Reply::Reset(vec![chunk(json!({"content": "cut"}), None)]),
+    ])
+    .await;
+    let model = model(&url);
+    let truncated = model.stream(hi(), &|_| {}).await.expect_err("fails");
+    assert_eq!(truncated.code(), "chat.provider.interrupted");
+    assert_eq!(
+        truncated.retry().map(|hint| hint.certainty),
+        Some(Certainty::Uncertain)
+    );
+    let unfinished = model.stream(hi(), &|_| {}).await.expect_err("fails");
+    assert_eq!(unfinished.code(), "chat.provider.malformed");
+    let reset = model.stream(hi(), &|_| {}).await.expect_err("fails");
+    assert_eq!(reset.code(), "chat.provider.interrupted", "{reset:?}");
+}
+
+#[tokio::test]
+async fn a_stream_without_usage_leaves_usage_unknown_and_is_charged_its_reservation() {
+    let (url, _seen) = server(vec![Reply::Events(vec![
+        chunk(json!({"content": "no usage"}), None),
+        chunk(json!({}), Some("stop")),
+        done(),
+    ])])
+    .await;
+    let program = interaction(Arc::new(model(&url)), 2);
+    let engine = engine(Arc::new(MemoryStore::new()), &program);
+    let handle = engine
+        .start(&program, start("openai-unmetered", ask("hi")))
+        .await
+        .expect("starts");
+    let output: InteractionOutput = handle.output().await.expect("completes");
+    assert_eq!(output.response.usage(), None);
+    let view = engine
+        .inspect(&scope(), handle.tree(), Visibility::Public)
+        .await
+        .expect("inspects");
+    let out = Name::new(TOKENS_OUT).expect("valid");
+    assert_eq!(
+        view.root().usage.meters.get(&out),
+        Some(&100),
+        "the reservation (max_tokens), never a silent 0"
     );
 }
 
 #[tokio::test]
-async fn a_429_fails_the_interaction_with_the_status_in_its_failure() {
-    let (url, _bodies) = server(vec![Reply::Json(
-        429,
-        json!({"error": {"message": "slow down"}}).to_string(),
-    )])
+async fn error_statuses_are_classified_with_retry_advice_and_retry_after() {
+    let error = |status: u16, headers: Vec<(&'static str, String)>| Reply::Json {
+        status,
+        headers,
+        body: json!({"error": {"message": format!("status {status}"), "type": "x", "code": null}})
+            .to_string(),
+    };
+    let (url, _seen) = server(vec![
+        error(429, vec![("retry-after", "3".into())]),
+        error(
+            503,
+            vec![
+                ("retry-after", "Wed, 21 Oct 2015 07:28:30 GMT".into()),
+                ("date", "Wed, 21 Oct 2015 07:28:00 GMT".into()),
+            ],
+        ),
+        error(400, Vec::new()),
+        error(401, Vec::new()),
+    ])
+    .await;
+    let model = model(&url);
+    let rate_limited = model.call(hi()).await.expect_err("fails");
+    assert_eq!(rate_limited.code(), "chat.provider.rate_limited");
+    assert_eq!(rate_limited.status(), Some(429));
+    let hint = rate_limited.retry().expect("retryable");
+    assert_eq!(hint.certainty, Certainty::Definite);
+    assert_eq!(hint.after, Some(Duration::from_secs(3)));
+    let unavailable = model.call(hi()).await.expect_err("fails");
+    assert_eq!(unavailable.code(), "chat.provider.unavailable");
+    assert_eq!(
+        unavailable.retry().and_then(|hint| hint.after),
+        Some(Duration::from_secs(30))
+    );
+    for status in [400, 401] {
+        let refused = model.call(hi()).await.expect_err("fails");
+        assert_eq!(refused.code(), "chat.provider.refused");
+        assert_eq!(refused.status(), Some(status));
+        assert_eq!(refused.retry(), None);
+        assert!(refused.to_string().contains(&format!("status {status}")));
+    }
+}
+
+#[tokio::test]
+async fn a_429_fails_the_interaction_with_its_code_and_advice() {
+    let (url, _seen) = server(vec![Reply::Json {
+        status: 429,
+        headers: vec![("retry-after", "20".into())],
+        body: json!({"error": {"message": "slow down"}}).to_string(),
+    }])
     .await;
     let program = interaction(Arc::new(model(&url)), 2);
     let engine = engine(Arc::new(MemoryStore::new()), &program);
@@ -357,9 +476,9 @@ async fn a_429_fails_the_interaction_with_the_status_in_its_failure() {
         .expect("terminates");
     assert_eq!(termination.status(), Status::Failed);
     let failure = termination.failure().expect("failure");
-    assert_eq!(failure.code(), "interaction.model.failed");
+    assert_eq!(failure.code(), "chat.provider.rate_limited");
     assert!(
-        failure.message.starts_with("http 429, retryable"),
+        failure.message.contains("http 429") && failure.message.contains("retry after 20000ms"),
         "{}",
         failure.message
     );
@@ -367,50 +486,46 @@ async fn a_429_fails_the_interaction_with_the_status_in_its_failure() {
 
 #[tokio::test]
 async fn malformed_answers_are_classified_and_never_panic() {
-    let (url, _bodies) = server(vec![
-        Reply::Json(200, "{\"choices\": [".into()),
-        Reply::Json(200, json!({"choices": []}).to_string()),
-        Reply::Sse(vec![json!("not a chunk")]),
-        Reply::Json(200, "x".repeat(100_000)),
+    let (url, _seen) = server(vec![
+        Reply::json(200, "{\"choices\": ["),
+        Reply::json(200, json!({"choices": []}).to_string()),
+        Reply::Events(vec![data("\"not a chunk\"")]),
+        Reply::json(200, "x".repeat(100_000)),
     ])
     .await;
-    let mut config = OpenAiConfig::new(&url, "test-model");
+    let mut config = config(&url);
     config.max_response_bytes = 50_000;
     let model = OpenAiModel::new(config).expect("a client");
-    let request = || Request::of(vec![Message::user("hi")]).expect("valid");
-    let truncated = model.call(request()).await.expect_err("malformed");
+    let truncated = model.call(hi()).await.expect_err("malformed");
     assert!(
         matches!(truncated, ModelError::Malformed(_)),
         "{truncated:?}"
     );
-    assert!(!truncated.is_retryable());
-    let empty = model.call(request()).await.expect_err("no choices");
+    assert_eq!(truncated.retry(), None);
+    let empty = model.call(hi()).await.expect_err("no choices");
     assert!(matches!(empty, ModelError::Malformed(_)), "{empty:?}");
-    let bad_event = model
-        .stream(request(), &|_| {})
-        .await
-        .expect_err("bad event");
+    let bad_event = model.stream(hi(), &|_| {}).await.expect_err("bad event");
     assert!(
         matches!(bad_event, ModelError::Malformed(_)),
         "{bad_event:?}"
     );
-    let big = model.call(request()).await.expect_err("too large");
+    let big = model.call(hi()).await.expect_err("too large");
     assert_eq!(big, ModelError::TooLarge { limit: 50_000 });
 }
 
 #[tokio::test]
-async fn a_silent_server_times_out_as_a_retryable_failure() {
-    let (url, _bodies) = server(vec![Reply::Hang]).await;
-    let error = model(&url)
-        .call(Request::of(vec![Message::user("hi")]).expect("valid"))
-        .await
-        .expect_err("times out");
+async fn a_silent_server_times_out_as_an_uncertain_failure() {
+    let (url, _seen) = server(vec![Reply::Hang]).await;
+    let error = model(&url).call(hi()).await.expect_err("times out");
     assert!(matches!(error, ModelError::Timeout(_)), "{error:?}");
-    assert!(error.is_retryable());
+    assert_eq!(
+        error.retry().map(|hint| hint.certainty),
+        Some(Certainty::Uncertain)
+    );
 }
 
 #[tokio::test]
-async fn an_unreachable_server_is_a_transport_failure() {
+async fn an_unreachable_server_is_a_definite_unavailable_failure() {
     // Bind and drop a listener so the port is (very likely) closed.
     let port = TcpListener::bind("127.0.0.1:0")
         .await
@@ -418,15 +533,116 @@ async fn an_unreachable_server_is_a_transport_failure() {
         .local_addr()
         .expect("address")
         .port();
-    let error = model(&format!("http://127.0.0.1:{port}/v1"))
-        .call(Request::of(vec![Message::user("hi")]).expect("valid"))
+    let error = model(&format!("http://127.0.0.1:{port}"))
+        .call(hi())
         .await
         .expect_err("unreachable");
-    assert!(
-        matches!(error, ModelError::Transport(_) | ModelError::Timeout(_)),
-        "{error:?}"
+    assert_eq!(error.code(), "chat.provider.unavailable", "{error:?}");
+    assert_eq!(
+        error.retry().map(|hint| hint.certainty),
+        Some(Certainty::Definite),
+        "nothing was sent"
     );
-    assert!(error.is_retryable());
+}
+
+fn priced(base_url: &str, price: Price) -> OpenAiModel {
+    let mut config = config(base_url);
+    config.prices.insert("test-model".into(), price);
+    OpenAiModel::new(config).expect("a client")
+}
+
+const PRICE: Price = Price {
+    input: 2_500_000,
+    cached_input: Some(1_250_000),
+    output: 10_000_000,
+    reasoning: Some(12_000_000),
+};
+
+#[tokio::test]
+async fn a_cost_budget_below_one_calls_maximum_refuses_before_any_io() {
+    let (url, mut seen) = server(vec![text_completion("never sent")]).await;
+    let program = interaction(Arc::new(priced(&url, PRICE)), 2);
+    let engine = engine(Arc::new(MemoryStore::new()), &program);
+    let mut request = start("openai-poor", ask("hi"));
+    // 100 output tokens alone may cost 100 × 12 = 1200 micros.
+    request.budget = Budget::unlimited().with_meter(Name::new(COST_MICROS).expect("valid"), 1_000);
+    let termination = engine
+        .start(&program, request)
+        .await
+        .expect("starts")
+        .await_result()
+        .await
+        .expect("terminates");
+    assert_eq!(
+        termination.failure().expect("failure").code(),
+        "engine.limit.meter"
+    );
+    assert!(seen.try_recv().is_err(), "the server never saw a request");
+}
+
+#[tokio::test]
+async fn the_charged_cost_equals_the_priced_usage_exactly() {
+    let usage = json!({
+        "prompt_tokens": 1_000,
+        "completion_tokens": 300,
+        "total_tokens": 1_300,
+        "prompt_tokens_details": {"cached_tokens": 400},
+        "completion_tokens_details": {"reasoning_tokens": 100},
+    });
+    let small = json!({"prompt_tokens": 7, "completion_tokens": 1, "total_tokens": 8});
+    let stream = |text: &str, usage: &Value| {
+        Reply::Events(vec![
+            chunk(json!({"content": text}), None),
+            chunk(json!({}), Some("stop")),
+            usage_chunk(usage.clone()),
+            done(),
+        ])
+    };
+    let (url, _seen) = server(vec![stream("one", &usage), stream("two", &small)]).await;
+    let model = Arc::new(priced(&url, PRICE));
+    let mut config = InteractionConfig::new("test.priced", "Priced.", model, 400, 2);
+    config.validator = Some(Arc::new(|response: &baton_agent::Response| {
+        if response.message().text() == "one" {
+            Err("again".into())
+        } else {
+            Ok(())
+        }
+    }));
+    config.build = "validator asks once more".into();
+    let program = Interaction::new(config).expect("valid").program();
+    let engine = engine(Arc::new(MemoryStore::new()), &program);
+    // A long prompt: its input bound covers the 1000 input tokens reported.
+    let mut request = start("openai-cost", ask(&"x".repeat(2_000)));
+    request.budget =
+        Budget::unlimited().with_meter(Name::new(COST_MICROS).expect("valid"), 1_000_000);
+    let handle = engine.start(&program, request).await.expect("starts");
+    handle.output().await.expect("completes");
+    let view = engine
+        .inspect(&scope(), handle.tree(), Visibility::Public)
+        .await
+        .expect("inspects");
+    let first = Usage {
+        input_tokens: 1_000,
+        output_tokens: 300,
+        cached_input_tokens: 400,
+        reasoning_tokens: 100,
+    };
+    let second = Usage {
+        input_tokens: 7,
+        output_tokens: 1,
+        ..Usage::default()
+    };
+    // ⌈(600 × 2.5M + 400 × 1.25M + 200 × 10M + 100 × 12M) ÷ 10⁶⌉ = 5200, and
+    // ⌈(7 × 2.5M + 1 × 10M) ÷ 10⁶⌉ = ⌈27.5⌉ = 28.
+    assert_eq!(PRICE.cost_micros(&first), 5_200);
+    assert_eq!(PRICE.cost_micros(&second), 28);
+    assert_eq!(
+        view.root()
+            .usage
+            .meters
+            .get(&Name::new(COST_MICROS).expect("valid")),
+        Some(&5_228)
+    );
 }
 
 #[test]
@@ -456,7 +672,7 @@ fn the_wire_request_maps_every_role() {
         .expect("valid"),
     ])
     .expect("valid");
-    let body = baton_agent::openai::request_body("m", &request, false);
+    let body = model("http://127.0.0.1:9").request_body(&request, Delivery::Whole);
     assert_eq!(body["messages"][1]["content"][1]["type"], "image_url");
     assert_eq!(body["messages"][2]["content"], "calling");
     assert_eq!(body["messages"][2]["tool_calls"][0]["type"], "function");

@@ -8,8 +8,8 @@ use anyhow::{Context, Result, bail};
 use baton::run::dispatch::{DispatchCall, Dispatcher, ReplayPolicy};
 use baton::run::log::RecordKind;
 use baton::run::program::{
-    Boundary, Condition, Definition, Descriptor, Effect, Execution, ExecutionState, ProgramConfig,
-    Schema, Signal, StepError, Transition, configuration_digest,
+    Boundary, Condition, Definition, Descriptor, Effect, Execution, ExecutionState, Grant,
+    ProgramConfig, Schema, Signal, StepError, Transition, configuration_digest,
 };
 use baton::run::{
     BoxFuture, Budget, ChildKey, Digest, Engine, MemoryStore, Payload, Program, Settlement, Status,
@@ -201,6 +201,7 @@ impl Execution for Run {
                             input: Payload::encode(&key.as_str())?,
                             budget: Budget::unlimited(),
                             capabilities: Default::default(),
+                            grant: Grant::Exact,
                         })
                     })
                     .collect::<Result<Vec<_>, StepError>>()?;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use baton_run::program::{
     Boundary, ChildSignal, Condition, Definition, Descriptor, Effect, Execution, ExecutionState,
-    ProgramConfig, Schema, Signal, SignalBody, StepError, Transition, configuration_digest,
+    Grant, ProgramConfig, Schema, Signal, SignalBody, StepError, Transition, configuration_digest,
     implementation_digest,
 };
 use baton_run::{Budget, Capabilities, ChildKey, Payload, Program, Settlement, SignalId, Status};
@@ -178,6 +178,7 @@ impl Execution for ParentRun {
                 input: Payload::encode(&k.as_str())?,
                 budget: self.plan.child_budget.clone(),
                 capabilities: self.plan.child_capabilities.clone(),
+                grant: Grant::Exact,
             })
         };
         match (phase, self.plan.note) {

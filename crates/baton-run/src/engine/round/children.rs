@@ -10,7 +10,7 @@ use crate::ids::{ChildKey, EffectId, ProcessId};
 use crate::log::{Delivery, RecordBody};
 use crate::payload::Payload;
 use crate::protocol::{
-    Boundary, ChildOutcome, ChildSignal, Condition, Execution, Program, Signal, SignalBody,
+    Boundary, ChildOutcome, ChildSignal, Condition, Execution, Grant, Program, Signal, SignalBody,
 };
 
 use super::super::error::SignalError;
@@ -24,6 +24,7 @@ pub(in crate::engine) struct ChildStart {
     pub input: Payload,
     pub budget: Budget,
     pub capabilities: Capabilities,
+    pub grant: Grant,
 }
 
 /// What a child start stages: the record (a refusal or receipt settling the
@@ -69,6 +70,58 @@ pub(in crate::engine) fn grant_refusal(parent: &ProcessState, child: &Budget) ->
     None
 }
 
+/// The budget a clipped grant gives: in each dimension the smaller of the
+/// request and what the parent has left (an unlimited request under a
+/// finite parent gets the remainder), and zero of a meter the parent limits
+/// but the request does not name, so that a clipped child never takes from
+/// its parent what it did not ask for.
+pub(super) fn clip(parent: &ProcessState, request: &Budget) -> Budget {
+    let clipped = |dimension: &Dimension, want: Quota| match parent
+        .budget
+        .quota(dimension)
+        .remaining(parent.spent(dimension))
+    {
+        None => want,
+        Some(left) => match want {
+            Quota::Unlimited => Quota::Finite(left),
+            Quota::Finite(amount) => Quota::Finite(amount.min(left)),
+        },
+    };
+    let mut meters = BTreeMap::new();
+    for (name, want) in &request.meters {
+        meters.insert(
+            name.clone(),
+            clipped(&Dimension::Meter(name.clone()), *want),
+        );
+    }
+    for (name, quota) in &parent.budget.meters {
+        if quota.is_finite() && !request.meters.contains_key(name) {
+            meters.insert(name.clone(), Quota::Finite(0));
+        }
+    }
+    Budget {
+        steps: clipped(&Dimension::Steps, request.steps),
+        effects: clipped(&Dimension::Effects, request.effects),
+        signals: clipped(&Dimension::Signals, request.signals),
+        meters,
+    }
+}
+
+/// Whether `granted` is no larger than `request` in any dimension: what a
+/// clipped grant of `request` may have given.
+fn within(granted: &Budget, request: &Budget) -> bool {
+    let mut dimensions = vec![Dimension::Steps, Dimension::Effects, Dimension::Signals];
+    dimensions.extend(granted.meters.keys().cloned().map(Dimension::Meter));
+    dimensions.extend(request.meters.keys().cloned().map(Dimension::Meter));
+    dimensions.iter().all(
+        |dimension| match (granted.quota(dimension), request.quota(dimension)) {
+            (_, Quota::Unlimited) => true,
+            (Quota::Unlimited, Quota::Finite(_)) => false,
+            (Quota::Finite(have), Quota::Finite(want)) => have <= want,
+        },
+    )
+}
+
 /// Why the tree's limits refuse another child of `parent`, if they do.
 fn tree_limit(tree: &TreeState, parent: &ProcessState) -> Option<String> {
     let limits = &tree.limits;
@@ -112,12 +165,20 @@ pub(in crate::engine) fn start_child(
         input,
         budget,
         capabilities,
+        grant,
     } = start;
     if let Some(existing) = parent.children.get(&key).copied() {
         let child = &tree.processes[&existing];
+        // A clipped grant depends on what the parent had left when the
+        // child started, so the same start asked again matches any budget
+        // the request could have been clipped to.
+        let same_budget = match grant {
+            Grant::Exact => child.budget == budget,
+            Grant::Clipped => within(&child.budget, &budget),
+        };
         let same = child.program.digest == program
             && child.input == input.digest()
-            && child.budget == budget
+            && same_budget
             && child.capabilities == capabilities;
         return if same {
             let receipt = Payload::encode(&existing).expect("a process id encodes");
@@ -159,6 +220,10 @@ pub(in crate::engine) fn start_child(
             format!("the parent lacks capabilities {}", names.join(", ")),
         ));
     }
+    let budget = match grant {
+        Grant::Exact => budget,
+        Grant::Clipped => clip(parent, &budget),
+    };
     if let Some(reason) = grant_refusal(parent, &budget) {
         return refused(Failure::execution("engine.child.budget_exhausted", reason));
     }

@@ -149,6 +149,7 @@ pub(super) fn next(tree: &TreeState, id: ProcessId, flights: &impl Flights, pass
                 input,
                 budget,
                 capabilities,
+                grant,
             },
             Phase::Planned,
         ) => Next::StartChild {
@@ -159,6 +160,7 @@ pub(super) fn next(tree: &TreeState, id: ProcessId, flights: &impl Flights, pass
                 input: input.clone(),
                 budget: budget.clone(),
                 capabilities: capabilities.clone(),
+                grant: *grant,
             },
         },
         (Effect::SignalChild { key, signal }, Phase::Planned) => Next::Control {

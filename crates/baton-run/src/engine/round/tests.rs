@@ -12,7 +12,7 @@ use crate::descriptor::{Descriptor, Schema};
 use crate::failure::StepError;
 use crate::ids::{ChildKey, EffectId, ProcessId, SignalId, StartId};
 use crate::protocol::{
-    Definition, Execution, ExecutionState, ProgramConfig, Transition, configuration_digest,
+    Definition, Execution, ExecutionState, Grant, ProgramConfig, Transition, configuration_digest,
     implementation_digest,
 };
 
@@ -221,6 +221,138 @@ fn a_finite_parent_cannot_grant_an_unlimited_or_larger_budget() {
 }
 
 #[test]
+fn a_clipped_grant_takes_at_most_what_the_parent_has_left_and_nothing_it_did_not_ask_for() {
+    let root = program("test.root", complete(), Vec::new());
+    let tokens = crate::ids::Name::new("tokens").expect("valid");
+    let cost = crate::ids::Name::new("cost_micros").expect("valid");
+    let calls = crate::ids::Name::new("calls").expect("valid");
+    let budget = Budget::unlimited()
+        .with_steps(10)
+        .with_effects(5)
+        .with_meter(tokens.clone(), 100)
+        .with_meter(cost.clone(), 50);
+    let mut tree = tree(&root, budget);
+    let id = tree.root;
+    // One declared effect charges one effect and one signal.
+    declare(&mut tree, id, vec![Effect::dispatch(Payload::null())]);
+    let parent = &tree.processes[&id];
+    let request = Budget {
+        steps: Quota::Finite(4),
+        effects: Quota::Unlimited,
+        signals: Quota::Finite(3),
+        meters: BTreeMap::from([
+            (tokens.clone(), Quota::Unlimited),
+            (calls.clone(), Quota::Finite(7)),
+        ]),
+    };
+    let granted = super::children::clip(parent, &request);
+    assert_eq!(
+        granted.steps,
+        Quota::Finite(4),
+        "less than the parent has left"
+    );
+    assert_eq!(
+        granted.effects,
+        Quota::Finite(4),
+        "an unlimited request gets the remainder"
+    );
+    assert_eq!(
+        granted.signals,
+        Quota::Finite(3),
+        "an unlimited parent grants the request"
+    );
+    assert_eq!(granted.meter(&tokens), Quota::Finite(100));
+    assert_eq!(
+        granted.meter(&cost),
+        Quota::Finite(0),
+        "a meter not asked for is not granted"
+    );
+    assert_eq!(granted.meter(&calls), Quota::Finite(7));
+    assert_eq!(
+        grant_refusal(parent, &granted),
+        None,
+        "a clipped grant is affordable"
+    );
+}
+
+#[test]
+fn a_clipped_start_starts_under_a_small_parent_and_starting_it_again_is_the_same_child() {
+    let child = program("test.child", complete(), Vec::new());
+    let root = program("test.root", complete(), vec![child.clone()]);
+    let mut tree = tree(&root, Budget::unlimited().with_steps(6));
+    let id = tree.root;
+    let key = ChildKey::new("tool").expect("valid");
+    let start_of = |grant: Grant| Effect::StartChild {
+        key: key.clone(),
+        program: child.reference().digest,
+        input: Payload::null(),
+        budget: Budget::unlimited().with_steps(8),
+        capabilities: Capabilities::none(),
+        grant,
+    };
+    declare(&mut tree, id, vec![start_of(Grant::Exact)]);
+    let Next::StartChild { effect, start } = next(&tree, id, &NoFlights, FREE) else {
+        panic!("the frontier is the child start");
+    };
+    let refused = start_child(&tree, &root, id, effect, start);
+    assert_eq!(
+        settled_code(&refused.record),
+        Some("engine.child.budget_exhausted"),
+        "an exact grant over the parent's budget is refused"
+    );
+    tree.apply(&refused.record).expect("the refusal applies");
+    declare(&mut tree, id, vec![start_of(Grant::Clipped)]);
+    let Next::StartChild { effect, start } = next(&tree, id, &NoFlights, FREE) else {
+        panic!("the frontier is the clipped start");
+    };
+    let started = start_child(&tree, &root, id, effect, start);
+    let RecordBody::ChildStarted { budget, .. } = &started.record else {
+        panic!("expected a started child, got {:?}", started.record);
+    };
+    assert_eq!(
+        budget.steps,
+        Quota::Finite(4),
+        "clipped to what the parent had left after its two steps"
+    );
+    tree.apply(&started.record).expect("the start applies");
+    assert!(
+        !tree.processes[&id].allows(&crate::budget::Dimension::Steps, 1),
+        "the grant is debited from the parent"
+    );
+    declare(
+        &mut tree,
+        id,
+        vec![start_of(Grant::Clipped), start_of(Grant::Exact)],
+    );
+    let Next::StartChild { effect, start } = next(&tree, id, &NoFlights, FREE) else {
+        panic!("the frontier is the repeated clipped start");
+    };
+    let again = start_child(&tree, &root, id, effect, start);
+    assert!(again.child.is_none());
+    assert!(
+        matches!(
+            &again.record,
+            RecordBody::EffectSettled {
+                settlement: Settlement::Succeeded { .. },
+                ..
+            }
+        ),
+        "the same clipped start is the existing child: {:?}",
+        again.record
+    );
+    tree.apply(&again.record).expect("the receipt applies");
+    let Next::StartChild { effect, start } = next(&tree, id, &NoFlights, FREE) else {
+        panic!("the frontier is the repeated exact start");
+    };
+    let conflict = start_child(&tree, &root, id, effect, start);
+    assert_eq!(
+        settled_code(&conflict.record),
+        Some("engine.child.identity_conflict"),
+        "an exact start must match the granted budget exactly"
+    );
+}
+
+#[test]
 fn a_child_start_is_refused_for_an_undeclared_program_and_started_for_a_declared_one() {
     let child = program("test.child", complete(), Vec::new());
     let stranger = program("test.stranger", complete(), Vec::new());
@@ -233,6 +365,7 @@ fn a_child_start_is_refused_for_an_undeclared_program_and_started_for_a_declared
         input: Payload::null(),
         budget: Budget::unlimited(),
         capabilities: Capabilities::none(),
+        grant: Grant::Exact,
     };
     let effects = declare(
         &mut tree,
@@ -281,6 +414,7 @@ fn a_children_wait_settles_only_once_its_condition_holds() {
                 input: Payload::null(),
                 budget: Budget::unlimited(),
                 capabilities: Capabilities::none(),
+                grant: Grant::Exact,
             },
             Effect::WaitChildren {
                 keys: vec![key.clone()],
@@ -354,6 +488,7 @@ fn a_kill_ends_the_process_and_every_live_descendant_parents_first() {
             input: Payload::null(),
             budget: Budget::unlimited(),
             capabilities: Capabilities::none(),
+            grant: Grant::Exact,
         }],
     );
     let Next::StartChild { effect, start } = next(&tree, id, &NoFlights, FREE) else {

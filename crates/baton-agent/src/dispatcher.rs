@@ -1,0 +1,100 @@
+//! The model dispatcher: what carries a model call out, streams its deltas
+//! and settles it with its charge.
+
+use std::sync::Arc;
+
+use baton_run::dispatch::{DispatchCall, Dispatcher, ReplayPolicy};
+use baton_run::{BoxFuture, Failure, FailureKind, Payload, Settlement};
+
+use crate::cost::{Price, charge};
+use crate::interaction::ModelCall;
+use crate::model::{ChatModel, Delta, ModelError};
+
+/// Executes model calls: decodes the frozen [`ModelCall`], streams it
+/// through the model (deltas become engine events), and settles with the
+/// response, charging the reported input and output tokens (and their cost
+/// at the model's price), or the whole reservation when the provider
+/// reported no usage. A failed call settles with the classified failure of
+/// its [`ModelError`]. Replay policy `Never`: a call lost in a crash
+/// becomes an unknown effect.
+pub struct ModelDispatcher {
+    model: Arc<dyn ChatModel>,
+    price: Option<Price>,
+    max_response_bytes: usize,
+}
+
+impl ModelDispatcher {
+    /// A dispatcher over `model`, refusing responses larger than `max_response_bytes`.
+    pub fn new(model: Arc<dyn ChatModel>, max_response_bytes: usize) -> ModelDispatcher {
+        ModelDispatcher {
+            price: model.price(),
+            model,
+            max_response_bytes,
+        }
+    }
+}
+
+impl Dispatcher for ModelDispatcher {
+    fn replay_policy(&self, _request: &Payload) -> ReplayPolicy {
+        ReplayPolicy::Never
+    }
+
+    fn dispatch(&self, call: DispatchCall) -> BoxFuture<'static, Settlement> {
+        let model = self.model.clone();
+        let limit = self.max_response_bytes;
+        let price = self.price;
+        Box::pin(async move {
+            let model_call: ModelCall = match call.request.decode() {
+                Ok(model_call) => model_call,
+                Err(error) => {
+                    return Settlement::failed(
+                        ModelError::Request(format!("not a model call: {error}")).failure(),
+                    );
+                }
+            };
+            let deltas = call.deltas.clone();
+            let on_delta = move |delta: Delta| {
+                if let Ok(payload) = Payload::encode(&delta) {
+                    deltas.emit(payload);
+                }
+            };
+            let mut cancel = call.cancel.clone();
+            let result = tokio::select! {
+                result = model.stream(model_call.request, &on_delta) => result,
+                () = cancel.canceled() => {
+                    return Settlement::failed(Failure::new(
+                        FailureKind::External,
+                        "interaction.model.canceled",
+                        "the model call was canceled",
+                    ));
+                }
+            };
+            let response = match result {
+                Ok(response) => response,
+                Err(error) => return Settlement::failed(error.failure()),
+            };
+            let output = match Payload::encode(&response) {
+                Ok(output) if output.len() <= limit => output,
+                Ok(_) | Err(baton_run::PayloadError::TooLarge { .. }) => {
+                    return Settlement::failed(ModelError::TooLarge { limit }.failure());
+                }
+                Err(error) => {
+                    return Settlement::failed(
+                        ModelError::Malformed(format!("the response does not encode: {error}"))
+                            .failure(),
+                    );
+                }
+            };
+            if response.usage().is_none() {
+                tracing::warn!(
+                    effect = %call.effect,
+                    "the provider reported no usage; the call is charged its whole reservation"
+                );
+            }
+            Settlement::Succeeded {
+                output,
+                usage: charge(response.usage().as_ref(), price.as_ref(), &call.reserve),
+            }
+        })
+    }
+}
