@@ -10,7 +10,10 @@
 //!   answer, the program of the facade's crate documentation;
 //! - [`pipeline`]: a workflow of two pure stages on the embedded SQLite store;
 //! - [`input_with_timeout`]: an input gate racing a deadline inside
-//!   `FirstSuccess`, under a manual clock.
+//!   `FirstSuccess`, under a manual clock;
+//! - [`strategies`]: one scenario per team strategy (sequential, parallel,
+//!   router, planner, swarm, hierarchy) on scripted models, each ending in
+//!   one result line.
 //!
 //! Run one with `cargo run -p baton-examples --example NAME`. Each module's
 //! `run` returns the lines its binary prints.
@@ -22,4 +25,5 @@
 pub mod approval;
 pub mod input_with_timeout;
 pub mod pipeline;
+pub mod strategies;
 pub mod team_review;
