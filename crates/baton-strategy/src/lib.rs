@@ -37,6 +37,47 @@
 //! `strategy.<name>.<suffix>` (the constants of each module, and
 //! [`ConfigError::code`]). See `docs/guides/choosing-a-strategy.md`.
 //!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use baton_agent::{Response, ScriptedModel};
+//! use baton_run::{Engine, EngineConfig, MemoryStore, StartId, StartRequest};
+//! use baton_strategy::sequential::SequentialOutput;
+//! use baton_strategy::{Agent, ModelConfig, Sequential, SequentialConfig, Work};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Two chat agents on a scripted model that answers with the last user
+//! // message, tagged.
+//! let model = ScriptedModel::new("tagger", |request| {
+//!     let last = request.messages().last().map(|m| m.text()).unwrap_or_default();
+//!     let last = last.rsplit('\n').next().unwrap_or_default().to_owned();
+//!     Ok(Response::text(format!("[{last}]")))
+//! });
+//! let config = ModelConfig::new(Arc::new(model));
+//! let team = Sequential::new(SequentialConfig {
+//!     name: "docs.tagging".into(),
+//!     description: "Tag twice.".into(),
+//!     agents: vec![
+//!         Agent::model("first", "Tags.", "You tag.", &config)?,
+//!         Agent::model("second", "Tags again.", "You tag again.", &config)?,
+//!     ],
+//!     input: None,
+//! })?;
+//! let engine = Engine::new(EngineConfig {
+//!     programs: vec![team.program().erase()],
+//!     ..EngineConfig::new(Arc::new(MemoryStore::new()))
+//! })?;
+//! let output: SequentialOutput = tokio::runtime::Runtime::new()?.block_on(async {
+//!     let request = StartRequest::new(StartId::new("docs", "tagging")?, Work::new("notes")?);
+//!     let handle = engine.start(&team.program(), request).await?;
+//!     Ok::<_, Box<dyn std::error::Error>>(handle.output().await?)
+//! })?;
+//! // The second agent was given the first one's output.
+//! assert_eq!(output.output.decode::<String>()?, "[[notes]]");
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Depend on it (or on the facade's `baton::strategy`) to run a strategy.
 //! It depends on `baton-run`, `baton-team`, `baton-agent` (model-backed
 //! parts) and `baton-workflow` (the adapters' stages). It knows nothing of
