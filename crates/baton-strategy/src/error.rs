@@ -46,6 +46,13 @@ pub enum ConfigError {
         /// `input`, `output` or `signal`.
         which: &'static str,
     },
+    /// A chat agent was declared posting (its output is its answer's text,
+    /// which carries no posts).
+    #[error("strategy.roster.posting_chat: chat agent {id} cannot post to the board")]
+    PostingChat {
+        /// The agent.
+        id: String,
+    },
     /// A name or description is not a valid descriptor.
     #[error("strategy.config.descriptor: {0}")]
     Descriptor(#[from] baton_run::program::DescriptorError),
@@ -125,6 +132,7 @@ impl ConfigError {
             ConfigError::DuplicateAgent { .. } => "strategy.roster.duplicate_agent",
             ConfigError::DuplicateProgram { .. } => "strategy.roster.duplicate_program",
             ConfigError::ChatContract { .. } => "strategy.roster.chat_contract",
+            ConfigError::PostingChat { .. } => "strategy.roster.posting_chat",
             ConfigError::Descriptor(_) => "strategy.config.descriptor",
             ConfigError::Build { .. } => "strategy.config.build",
             ConfigError::Model(_) => "strategy.config.model",

@@ -200,8 +200,9 @@ impl Agent {
 
     /// Declares that the agent posts to the board: its output is a
     /// [`Posted`](crate::Posted), whose `output` is its result and whose
-    /// `posts` go on the board when its task ends. Program agents only; a
-    /// chat agent's output is its answer's text.
+    /// `posts` go on the board when its task ends. Program agents only: a
+    /// chat agent's output is its answer's text, and a roster refuses a
+    /// posting chat agent (`strategy.roster.posting_chat`).
     pub fn posting(mut self) -> Agent {
         self.posts = true;
         self
@@ -314,7 +315,8 @@ pub(crate) struct Roster {
 }
 
 impl Roster {
-    /// Validates `agents`: at least one, unique ids, unique program names.
+    /// Validates `agents`: at least one, unique ids, unique program names,
+    /// no posting chat agent.
     pub fn new(agents: Vec<Agent>) -> Result<Roster, ConfigError> {
         if agents.is_empty() {
             return Err(ConfigError::EmptyRoster);
@@ -322,6 +324,11 @@ impl Roster {
         let mut by_id = BTreeMap::new();
         let mut by_program = BTreeMap::new();
         for (index, agent) in agents.iter().enumerate() {
+            if agent.posts && agent.kind == AgentKind::Chat {
+                return Err(ConfigError::PostingChat {
+                    id: agent.card.id.to_string(),
+                });
+            }
             if by_id.insert(agent.card.id.clone(), index).is_some() {
                 return Err(ConfigError::DuplicateAgent {
                     id: agent.card.id.to_string(),

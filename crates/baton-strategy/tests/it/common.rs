@@ -389,28 +389,48 @@ pub fn processes(view: &TreeView) -> BTreeMap<String, usize> {
     counts
 }
 
-/// Every `Turn` the team's coordinators were given, read from the tree's
-/// capture: the coordinator's recorded state is its turn.
+/// Every `Turn` the root team's coordinator was given, in order, read from
+/// the tree's capture: the coordinator's recorded state is its turn.
 pub async fn recorded_turns(engine: &Engine, tree: TreeId) -> Vec<Payload> {
     let capture = engine.capture(&scope(), tree).await.expect("captures");
     let state = capture.state.to_value();
     let root = state["root"].as_str().expect("a root").to_owned();
-    let mut turns: Vec<(u64, Payload)> = state["processes"]
+    turns_where(&state, |process| {
+        process["parent"].as_str() == Some(root.as_str())
+    })
+}
+
+/// Every `Turn` the coordinator program `name` was given anywhere in the
+/// tree (nested teams included), ordered by team and turn.
+pub async fn turns_of(engine: &Engine, tree: TreeId, name: &str) -> Vec<Payload> {
+    let capture = engine.capture(&scope(), tree).await.expect("captures");
+    let state = capture.state.to_value();
+    turns_where(&state, |process| {
+        process["program"]["name"].as_str() == Some(name)
+    })
+}
+
+fn turns_where(
+    state: &serde_json::Value,
+    keep: impl Fn(&serde_json::Value) -> bool,
+) -> Vec<Payload> {
+    let mut turns: Vec<(String, u64, Payload)> = state["processes"]
         .as_object()
         .expect("processes")
         .values()
-        .filter(|process| process["parent"].as_str() == Some(root.as_str()))
+        .filter(|process| keep(process))
         .filter_map(|process| {
             let number = process["key"]
                 .as_str()?
                 .strip_prefix("team.turn.")?
                 .parse()
                 .ok()?;
-            Some((number, Payload::from_value(&process["state"]).ok()?))
+            let parent = process["parent"].as_str()?.to_owned();
+            Some((parent, number, Payload::from_value(&process["state"]).ok()?))
         })
         .collect();
-    turns.sort_by_key(|(number, _)| *number);
-    turns.into_iter().map(|(_, turn)| turn).collect()
+    turns.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    turns.into_iter().map(|(_, _, turn)| turn).collect()
 }
 
 /// Conformance cases of a coordinator: each recorded turn, stepped once.

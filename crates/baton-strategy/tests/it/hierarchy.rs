@@ -143,13 +143,17 @@ async fn three_levels_and_seven_leaf_workers_all_run_exactly_once_and_results_fl
         .filter(|p| p.program.as_str().starts_with("agent.w"))
         .count();
     assert_eq!(leaves, 7);
-    let turns = recorded_turns(&engine, handle.tree()).await;
-    let checked = definition_conformance(
-        company.coordinators()[0].definition().as_ref(),
-        &turn_cases(&turns),
-    );
-    assert_eq!(checked, turns.len());
+    // Every level's coordinator keeps the definition contract on the turns
+    // it was given.
     assert_eq!(company.coordinators().len(), 4);
+    for coordinator in company.coordinators() {
+        let name = coordinator.descriptor().name().to_string();
+        let turns = turns_of(&engine, handle.tree(), &name).await;
+        assert!(turns.len() >= 2, "{name}: {} turns", turns.len());
+        let checked =
+            definition_conformance(coordinator.definition().as_ref(), &turn_cases(&turns));
+        assert_eq!(checked, turns.len(), "{name}");
+    }
 }
 
 #[tokio::test]

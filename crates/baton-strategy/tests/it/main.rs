@@ -1,6 +1,7 @@
 //! The strategies' integration tests, one binary: one module per strategy
 //! (happy paths, failure codes, coordinator conformance and crashes at
-//! every commit), the message board, and random plans.
+//! every commit), the shared roster rules, the message board, and random
+//! plans.
 #![allow(missing_docs)]
 
 mod board;
@@ -9,6 +10,7 @@ mod hierarchy;
 mod parallel;
 mod planner;
 mod plans;
+mod roster;
 mod router;
 mod sequential;
 mod swarm;
