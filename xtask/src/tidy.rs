@@ -40,6 +40,11 @@ pub const ARCHITECTURE: &[(&str, &[&str])] = &[
     ("baton-store-postgres", &["baton-run"]),
     // The agent adapter is a three-stage workflow.
     ("baton-agent", &["baton-run", "baton-workflow"]),
+    // Team strategies coordinate teams, some of them with model-backed parts (adapters).
+    (
+        "baton-strategy",
+        &["baton-run", "baton-team", "baton-agent", "baton-workflow"],
+    ),
     // The facade re-exports every library and nothing else.
     (
         "baton",
@@ -49,6 +54,7 @@ pub const ARCHITECTURE: &[(&str, &[&str])] = &[
             "baton-coordination",
             "baton-team",
             "baton-agent",
+            "baton-strategy",
             "baton-store-sqlite",
             "baton-store-postgres",
         ],

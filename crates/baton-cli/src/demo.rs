@@ -1,5 +1,6 @@
-//! The demo programs: the worked example of the team specification and a
-//! pause scenario that waits for a human answer.
+//! The demo programs: the worked example of the team specification, a
+//! pause scenario that waits for a human answer, and one scenario per team
+//! strategy.
 
 use std::time::Duration;
 
@@ -12,8 +13,9 @@ use baton::run::{
 };
 use baton::team::{Binding, Config, Decision, Mode, Policy, PolicyConfig, TaskRequest, Turn};
 
-// The worked example is `baton-examples`' `team_review`; the command line
-// runs that very program.
+// The worked example is `baton-examples`' `team_review`, and the strategy
+// scenarios are its `strategies`; the command line runs those very programs.
+use baton_examples::strategies::Scenario;
 use baton_examples::team_review as example;
 
 /// The scope the demo's trees run in.
@@ -26,7 +28,14 @@ pub const QUESTION: &str = "What should the team deploy?";
 pub fn programs() -> Result<Vec<Program>> {
     let example = example::team()
         .map_err(|error| anyhow::anyhow!("cannot build the worked example: {error}"))?;
-    Ok(vec![example.erase(), pause_team()?.erase()])
+    let mut programs = vec![example.erase(), pause_team()?.erase()];
+    for scenario in Scenario::ALL {
+        let program = scenario.program().map_err(|error| {
+            anyhow::anyhow!("cannot build the {} demo: {error}", scenario.name())
+        })?;
+        programs.push(program.erase());
+    }
+    Ok(programs)
 }
 
 /// Limits for the demo's trees (the defaults).
@@ -233,4 +242,168 @@ pub async fn pause(engine: &Engine, scope: &Scope, json: bool, hold: bool) -> Re
         std::future::pending::<()>().await;
     }
     Ok(())
+}
+
+/// Starts a strategy scenario as a new tree.
+async fn start_scenario(
+    engine: &Engine,
+    scope: &Scope,
+    scenario: Scenario,
+) -> Result<baton::run::ProcessHandle<Payload>> {
+    let program = scenario
+        .program()
+        .map_err(|error| anyhow::anyhow!("cannot build the {} demo: {error}", scenario.name()))?;
+    let id = StartId::new(scope.as_str(), fresh_key(scenario.name()))?;
+    let work = scenario
+        .work()
+        .map_err(|error| anyhow::anyhow!("cannot encode the task: {error}"))?;
+    Ok(engine
+        .start(&program, StartRequest::new(id, work))
+        .await?
+        .into_handle())
+}
+
+/// The result line of a scenario's output.
+fn line(scenario: Scenario, output: &Payload) -> Result<String> {
+    scenario
+        .line(output)
+        .map_err(|error| anyhow::anyhow!("the {} demo's output: {error}", scenario.name()))
+}
+
+/// `baton demo <scenario>`: runs a strategy scenario to completion and
+/// prints its result line.
+pub async fn scenario(
+    engine: &Engine,
+    scope: &Scope,
+    scenario: Scenario,
+    json: bool,
+) -> Result<()> {
+    let handle = start_scenario(engine, scope, scenario).await?;
+    let output = handle
+        .output()
+        .await
+        .with_context(|| format!("the {} demo did not complete", scenario.name()))?;
+    handle.join().await?;
+    let line = line(scenario, &output)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "scenario": scenario.name(),
+                "tree": handle.tree().to_string(),
+                "line": line,
+                "output": output.to_value(),
+            })
+        );
+    } else {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// `baton demo <scenario> --crash-at N`: runs a strategy scenario on a
+/// store that fails, as a crash would, before the N-th commit that starts a
+/// child; reports the stopped tree and leaves it for `baton recover`. With
+/// `hold`, keeps running (holding the tree's lease) until killed.
+pub async fn crashing(
+    engine: &Engine,
+    scope: &Scope,
+    scenario: Scenario,
+    json: bool,
+    hold: bool,
+) -> Result<()> {
+    let handle = start_scenario(engine, scope, scenario).await?;
+    let tree = handle.tree();
+    match handle.join().await {
+        Ok(ended) => {
+            // The run ended before the crash point: print it as usual.
+            let output = ended
+                .output()
+                .with_context(|| format!("the {} demo did not complete", scenario.name()))?;
+            println!("{}", line(scenario, output)?);
+            Ok(())
+        }
+        Err(_) => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "scenario": scenario.name(), "tree": tree.to_string(), "crashed": true })
+                );
+            } else {
+                println!(
+                    "the {} demo stopped mid-run at a simulated crash",
+                    scenario.name()
+                );
+                println!("process {tree}");
+                println!("finish it with: baton recover");
+            }
+            if hold {
+                use std::io::Write as _;
+                let _ = std::io::stdout().flush();
+                std::future::pending::<()>().await;
+            }
+            // Leave as a crash does: the tree's lease stays with this
+            // process, which `baton recover` takes over once it is gone.
+            std::process::exit(0);
+        }
+    }
+}
+
+/// The result line of a finished strategy demo's tree, if it is one.
+pub fn result_line(view: &TreeView) -> Option<String> {
+    let root = view.root();
+    let name = root.program.as_str().strip_prefix("demo.")?;
+    let scenario = Scenario::named(name)?;
+    let output = root.termination.as_ref()?.output()?;
+    scenario.line(output).ok()
+}
+
+/// Settles the unknown model calls of a strategy demo's tree with what its
+/// scripted models answer (the model is not called again), and returns
+/// them; any other tree is left alone.
+pub async fn resolve_lost_calls(
+    engine: &Engine,
+    scope: &Scope,
+    view: &TreeView,
+) -> Result<Vec<baton::run::EffectId>> {
+    let demo = view
+        .root()
+        .program
+        .as_str()
+        .strip_prefix("demo.")
+        .and_then(Scenario::named);
+    if demo.is_none() || view.processes.iter().all(|p| p.unknown_effects.is_empty()) {
+        return Ok(Vec::new());
+    }
+    let private = engine
+        .inspect(scope, view.tree, baton::run::Visibility::Private)
+        .await?;
+    let mut resolved = Vec::new();
+    for process in &private.processes {
+        for effect in &process.unknown_effects {
+            let Some(request) = process
+                .effects
+                .iter()
+                .find(|e| e.id == *effect)
+                .and_then(|e| e.request.as_ref())
+            else {
+                continue;
+            };
+            let Ok(call) = request.decode::<baton::agent::ModelCall>() else {
+                continue;
+            };
+            let response = baton_examples::strategies::answer(&call.request)
+                .map_err(|error| anyhow::anyhow!("no scripted answer: {error}"))?;
+            engine
+                .resolve_unknown(
+                    scope,
+                    view.tree,
+                    *effect,
+                    baton::run::Settlement::ok(Payload::encode(&response)?),
+                )
+                .await?;
+            resolved.push(*effect);
+        }
+    }
+    Ok(resolved)
 }

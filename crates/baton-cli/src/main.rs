@@ -1,4 +1,5 @@
-//! `baton`: run the worked example and operate trees in a store.
+//! `baton`: run the worked example and the strategy demos, and operate trees
+//! in a store.
 //!
 //! Every subcommand opens an embedded SQLite store (`./baton.db` unless
 //! `--store` says otherwise). Errors are one line on stderr and a non-zero
@@ -13,12 +14,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use baton::run::log::RecordKind;
 use baton::run::store::{ListFilter, Store, TreeStatus};
 use baton::run::{
     EffectId, Engine, EngineConfig, Payload, ProcessId, RecoverOptions, Scope, Settlement,
     SignalError, SignalReceipt, TreeView, Visibility, WaitId,
 };
 use baton::store::sqlite::SqliteStore;
+use baton_examples::strategies::Scenario;
+use baton_testkit::{Cut, FaultStore};
 use clap::{Parser, Subcommand, ValueEnum};
 
 /// Durable, budgeted, decision-driven multi-agent work.
@@ -41,15 +45,24 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the worked example: a team whose coordinator continues while an
-    /// input gate is pending, then reviews the task.
+    /// input gate is pending, then reviews the task. With a scenario, run
+    /// that team strategy on scripted models and print its result line.
     Demo {
+        /// A team strategy to run instead of the worked example.
+        #[arg(value_enum, conflicts_with = "pause")]
+        scenario: Option<ScenarioArg>,
         /// Run the pause scenario instead: the team waits on an input gate
         /// and this command exits; continue it with `baton answer`.
         #[arg(long)]
         pause: bool,
-        /// With --pause: keep running after the team waits (for crash tests).
-        #[arg(long, hide = true, requires = "pause")]
+        /// With --pause: keep running after the team waits; with
+        /// --crash-at: keep running after the crash (for crash tests).
+        #[arg(long, hide = true)]
         hold: bool,
+        /// With a scenario: stop the run as a crash would, before the N-th
+        /// commit that starts a child, and leave it for `baton recover`.
+        #[arg(long, hide = true, value_name = "N", requires = "scenario")]
+        crash_at: Option<usize>,
     },
     /// List trees.
     Ps {
@@ -107,6 +120,36 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+}
+
+/// The team strategy scenarios of `baton demo`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ScenarioArg {
+    /// A writer, a reviewer and an editor in turn.
+    Sequential,
+    /// Three reviewers at once, merged by a model.
+    Parallel,
+    /// A model routes a refund to the billing desk.
+    Router,
+    /// A model plans research and writing, then answers.
+    Planner,
+    /// Triage hands a double charge to billing, billing to refunds.
+    Swarm,
+    /// A chief delegates to docs and to an engineering team of two.
+    Hierarchy,
+}
+
+impl From<ScenarioArg> for Scenario {
+    fn from(scenario: ScenarioArg) -> Scenario {
+        match scenario {
+            ScenarioArg::Sequential => Scenario::Sequential,
+            ScenarioArg::Parallel => Scenario::Parallel,
+            ScenarioArg::Router => Scenario::Router,
+            ScenarioArg::Planner => Scenario::Planner,
+            ScenarioArg::Swarm => Scenario::Swarm,
+            ScenarioArg::Hierarchy => Scenario::Hierarchy,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -168,10 +211,14 @@ fn open(path: &Path, create: bool) -> Result<SqliteStore> {
 }
 
 fn engine(store: &SqliteStore) -> Result<Engine> {
+    engine_on(Arc::new(store.clone()))
+}
+
+fn engine_on(store: Arc<dyn Store>) -> Result<Engine> {
     Ok(Engine::new(EngineConfig {
         programs: demo::programs()?,
         limits: demo::limits(),
-        ..EngineConfig::new(Arc::new(store.clone()))
+        ..EngineConfig::new(store)
     })?)
 }
 
@@ -183,13 +230,29 @@ fn tree_id(text: &str) -> Result<ProcessId> {
 async fn run(cli: Cli) -> Result<()> {
     let scope = Scope::new(&cli.scope).context("invalid --scope")?;
     match cli.command {
-        Command::Demo { pause, hold } => {
+        Command::Demo {
+            scenario,
+            pause,
+            hold,
+            crash_at,
+        } => {
+            if hold && !pause && crash_at.is_none() {
+                bail!("--hold needs --pause or --crash-at");
+            }
             let store = open(&cli.store, true)?;
+            if let (Some(scenario), Some(crash_at)) = (scenario, crash_at) {
+                let fault = FaultStore::new(Arc::new(store));
+                fault.arm(RecordKind::ChildStarted, Cut::Before, crash_at);
+                let engine = engine_on(Arc::new(fault))?;
+                return demo::crashing(&engine, &scope, scenario.into(), cli.json, hold).await;
+            }
             let engine = engine(&store)?;
-            let result = if pause {
-                demo::pause(&engine, &scope, cli.json, hold).await
-            } else {
-                demo::example(&engine, &scope, cli.json).await
+            let result = match (scenario, pause) {
+                (Some(scenario), _) => {
+                    demo::scenario(&engine, &scope, scenario.into(), cli.json).await
+                }
+                (None, true) => demo::pause(&engine, &scope, cli.json, hold).await,
+                (None, false) => demo::example(&engine, &scope, cli.json).await,
             };
             engine.close().await;
             result
@@ -385,8 +448,24 @@ async fn recover(
         match result {
             Ok(()) => {
                 let scope = scopes.get(tree).context("a recovered tree is not listed")?;
-                let view = settle(engine, scope, *tree).await?;
+                let mut view = settle(engine, scope, *tree).await?;
+                // The demos' host knows what their scripted models answer,
+                // so it settles the model calls a crash left unknown.
+                let resolved = demo::resolve_lost_calls(engine, scope, &view).await?;
+                if !resolved.is_empty() {
+                    view = settle(engine, scope, *tree).await?;
+                }
                 print!("{}", render::recovered(&view, json));
+                if !json {
+                    for effect in &resolved {
+                        println!(
+                            "  resolved {effect}, a model call lost in the crash, with the scripted model's answer"
+                        );
+                    }
+                    if let Some(line) = demo::result_line(&view) {
+                        println!("  {line}");
+                    }
+                }
             }
             Err(error) => {
                 failures += 1;

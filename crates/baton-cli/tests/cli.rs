@@ -1,11 +1,13 @@
-//! The `baton` binary, run as a user would: the demo, the pause → answer
-//! flow across processes, recovery after SIGKILL, every subcommand, and bad
-//! input that must fail with one clear line and change nothing.
+//! The `baton` binary, run as a user would: the demo and the strategy demos,
+//! the pause → answer flow across processes, recovery after SIGKILL (also of
+//! a strategy demo stopped mid-run), every subcommand, and bad input that
+//! must fail with one clear line and change nothing.
 #![allow(missing_docs)]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
 
+use baton_examples::strategies::Scenario;
 use serde_json::Value;
 
 const EXPECTED: &str =
@@ -315,4 +317,63 @@ fn bad_input_fails_with_one_clear_line_and_changes_nothing() {
             .contains("cannot open the store")
     );
     assert_eq!(std::fs::read(&corrupt).expect("reads"), vec![7u8; 8192]);
+}
+
+#[test]
+fn every_strategy_demo_prints_its_result_line() {
+    let dir = Dir::new();
+    for scenario in Scenario::ALL {
+        assert_eq!(
+            dir.ok(&["demo", scenario.name()]),
+            format!("{}\n", scenario.expected())
+        );
+    }
+    let routed: Value =
+        serde_json::from_str(dir.ok(&["demo", "router", "--json"]).trim()).expect("json");
+    assert_eq!(routed["scenario"], "router");
+    assert_eq!(routed["line"], Scenario::Router.expected());
+    assert_eq!(routed["output"]["agent"], "billing");
+    let trees = dir.json_lines(&["ps", "--json"]);
+    assert_eq!(trees.len(), 7);
+    assert!(trees.iter().all(|t| t["status"] == "done"));
+}
+
+#[test]
+fn recover_finishes_a_strategy_demo_killed_mid_run() {
+    let dir = Dir::new();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .current_dir(dir.dir.path())
+        .args(["demo", "planner", "--crash-at", "2", "--hold", "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawns");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("reads");
+    let stopped: Value = serde_json::from_str(line.trim()).expect("json");
+    assert_eq!(stopped["crashed"], true, "{line}");
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    let tree = stopped["tree"].as_str().expect("tree");
+    assert!(
+        dir.json_lines(&["ps", "--status", "done", "--json"])
+            .is_empty(),
+        "the run stopped mid-way"
+    );
+    let recovered = dir.ok(&["recover"]);
+    assert!(
+        recovered.starts_with(&format!("{tree}  recovered, now done")),
+        "{recovered}"
+    );
+    assert!(
+        recovered.ends_with(&format!("  {}\n", Scenario::Planner.expected())),
+        "{recovered}"
+    );
+    assert!(dir.ok(&["log", tree, "--verify"]).contains("log verified"));
+    assert_eq!(
+        dir.ok(&["recover"]),
+        "nothing to recover: every tree in the store has finished\n"
+    );
 }

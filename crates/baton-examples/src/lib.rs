@@ -14,6 +14,9 @@
 //! - [`research_team`]: a model coordinator and a researcher agent whose
 //!   tools touch the world (an HTTP search, a file write), offline on
 //!   scripted models or on a real provider from the conventional variables.
+//! - [`strategies`]: one scenario per team strategy (sequential, parallel,
+//!   router, planner, swarm, hierarchy) on scripted models, each ending in
+//!   one result line.
 //!
 //! Run one with `cargo run -p baton-examples --example NAME`. Each module's
 //! `run` returns the lines its binary prints.
@@ -26,4 +29,5 @@ pub mod approval;
 pub mod input_with_timeout;
 pub mod pipeline;
 pub mod research_team;
+pub mod strategies;
 pub mod team_review;

@@ -16,6 +16,7 @@
 //! | [`coordination`] | `baton-coordination` | an input gate, first-success racing, deadlines with a timer dispatcher |
 //! | [`agent`] | `baton-agent` | chat types, the model trait, typed output, the model-backed interaction, tools, the adapter, a scripted model, providers |
 //! | [`team`] | `baton-team` | the team coordinator: a coordinator program turns each `Turn` into a `Decision` over worker tasks |
+//! | [`strategy`] | `baton-strategy` | ready-made team strategies (sequential, parallel, router, planner, swarm, hierarchy) and the message board between agents |
 //! | [`store`] | `baton-store-*` | durable store backends: [`store::sqlite`] (`baton-store-sqlite`, the embedded default) |
 //!
 //! The in-memory store stays where the contract is, at `baton::run::MemoryStore`.
@@ -254,6 +255,9 @@ pub use baton_agent as agent;
 
 #[doc(inline)]
 pub use baton_team as team;
+
+#[doc(inline)]
+pub use baton_strategy as strategy;
 
 /// Durable store backends, each behind its cargo feature. The store
 /// contract and the in-memory store are in [`run`] (`baton::run::store::Store`,

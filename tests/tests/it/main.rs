@@ -1,12 +1,15 @@
 //! Workspace scenarios across several layers, one binary: the worked example,
 //! the research team, a team's decision in strict mode, teams with gates and
-//! steering, and the SIGKILL test.
+//! steering, the strategy scenarios, and the SIGKILL tests (the kernel's and
+//! the strategies').
 #![allow(missing_docs)]
 
 mod agent_example;
 mod kill;
 mod research_team;
 mod strict_decision;
+mod strategy_examples;
+mod strategy_kill;
 mod team_example;
 mod team_gate;
 mod team_steering;
