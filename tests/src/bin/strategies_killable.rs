@@ -31,7 +31,7 @@ use baton::run::{
     BoxFuture, Engine, EngineConfig, EventKind, Payload, RecoverOptions, Scope, Settlement,
     StartId, StartRequest, TreeId, Visibility,
 };
-use baton::store::sqlite::{SqliteConfig, SqliteStore};
+use baton::store::sqlite::{Creation, SqliteConfig, SqliteStore};
 use baton::strategy::Work;
 use baton_examples::strategies::{Scenario, answer};
 
@@ -65,7 +65,7 @@ impl ChatModel for Recorded {
             });
         let result = match written {
             Ok(()) => answer(&request),
-            Err(error) => Err(ModelError::Transport(error)),
+            Err(error) => Err(ModelError::Request(error)),
         };
         Box::pin(std::future::ready(result))
     }
@@ -127,6 +127,7 @@ async fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     let store = SqliteStore::open_with(
         PathBuf::from(database),
         SqliteConfig {
+            creation: Creation::ExistingOrNew,
             compact: false,
             ..SqliteConfig::default()
         },
