@@ -7,9 +7,9 @@
 mod agent_example;
 mod kill;
 mod research_team;
-mod strict_decision;
 mod strategy_examples;
 mod strategy_kill;
+mod strict_decision;
 mod team_example;
 mod team_gate;
 mod team_steering;
