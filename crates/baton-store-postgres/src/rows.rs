@@ -1,0 +1,157 @@
+//! Reading stored values back: integers, digests, statuses, record kinds and
+//! listing metadata, as a damaged or hand-edited row may hold them. Each
+//! decodes or is a `Corrupt` store error; none panics.
+
+use baton_run::log::RecordKind;
+use baton_run::store::{StoreError, TreeMeta, TreeStatus};
+use baton_run::{Digest, Scope, Timestamp, TreeId};
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+use tokio_postgres::types::{FromSql, ToSql};
+
+/// Parameters of a statement.
+pub(crate) type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
+
+/// Runs `sql` through the connection's statement cache: a statement is
+/// parsed once per connection, and each later run is one round trip.
+pub(crate) async fn query(
+    client: &impl GenericClient,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Vec<Row>, tokio_postgres::Error> {
+    let statement = client.prepare_cached(sql).await?;
+    client.query(&statement, params).await
+}
+
+/// [`query`] for at most one row.
+pub(crate) async fn query_opt(
+    client: &impl GenericClient,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<Option<Row>, tokio_postgres::Error> {
+    let statement = client.prepare_cached(sql).await?;
+    client.query_opt(&statement, params).await
+}
+
+/// [`query`] for a statement without rows; the number of rows it changed.
+pub(crate) async fn execute(
+    client: &impl GenericClient,
+    sql: &str,
+    params: Params<'_>,
+) -> Result<u64, tokio_postgres::Error> {
+    let statement = client.prepare_cached(sql).await?;
+    client.execute(&statement, params).await
+}
+
+pub(crate) fn corrupt(what: impl Into<String>) -> StoreError {
+    StoreError::corrupt(what)
+}
+
+/// PostgreSQL integers are signed; values past `i64::MAX` (292 million
+/// years of milliseconds, or that many tokens) are stored as `i64::MAX`.
+pub(crate) fn int(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+pub(crate) fn uint(value: i64) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| corrupt(format!("negative stored integer {value}")))
+}
+
+pub(crate) fn digest(bytes: &[u8]) -> Result<Digest, StoreError> {
+    let array: [u8; 32] = bytes
+        .try_into()
+        .map_err(|_| corrupt(format!("stored digest of {} bytes", bytes.len())))?;
+    Ok(Digest::from_bytes(array))
+}
+
+pub(crate) fn parse_status(text: &str) -> Result<TreeStatus, StoreError> {
+    [
+        TreeStatus::Running,
+        TreeStatus::Waiting,
+        TreeStatus::NeedsAttention,
+        TreeStatus::Done,
+    ]
+    .into_iter()
+    .find(|status| status.as_str() == text)
+    .ok_or_else(|| corrupt(format!("unknown tree status {text:?}")))
+}
+
+pub(crate) fn parse_kind(text: &str) -> Result<RecordKind, StoreError> {
+    RecordKind::ALL
+        .into_iter()
+        .find(|kind| kind.as_str() == text)
+        .ok_or_else(|| corrupt(format!("unknown record kind {text:?}")))
+}
+
+/// Column `index` of `row`, or a `Corrupt` error naming it (a column whose
+/// type was changed by hand, say).
+pub(crate) fn column<'a, T: FromSql<'a>>(row: &'a Row, index: usize) -> Result<T, StoreError> {
+    row.try_get(index).map_err(|error| {
+        let name = row.columns().get(index).map_or("?", |column| column.name());
+        corrupt(format!("stored column {name} does not read back: {error}"))
+    })
+}
+
+/// Listing metadata from a tree row's columns; `None` before the first
+/// append.
+pub(crate) fn meta_of(
+    tree: TreeId,
+    scope: Option<String>,
+    status: Option<String>,
+    updated: Option<i64>,
+) -> Result<Option<TreeMeta>, StoreError> {
+    let (Some(scope), Some(status), Some(updated)) = (scope, status, updated) else {
+        return Ok(None);
+    };
+    Ok(Some(TreeMeta {
+        tree,
+        scope: Scope::new(&scope).map_err(|error| corrupt(error.to_string()))?,
+        status: parse_status(&status)?,
+        updated: Timestamp(uint(updated)?),
+    }))
+}
+
+/// Fuzzing the decoders of stored fields (see `baton_testkit::fuzz`):
+/// digests, statuses, record kinds, integers and listing metadata, as a
+/// damaged row may hold them. Each decodes or is a `Corrupt` error; none
+/// panics.
+#[cfg(test)]
+mod fuzz {
+    use baton_testkit::fuzz;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #![proptest_config(fuzz::config())]
+
+        #[test]
+        fn fuzz_row_fields(
+            bytes in fuzz::bytes(vec![vec![7; 32], b"needs_attention".to_vec()]),
+            text in fuzz::text(vec!["acme/alice".to_owned(), "waiting".to_owned(), "step_adopted".to_owned(), "p_0123456789abcdef0123456789abcdef".to_owned()]),
+            number in any::<i64>(),
+        ) {
+            let refused = |error: &StoreError| matches!(error, StoreError::Corrupt { .. });
+            if let Err(error) = digest(&bytes) {
+                prop_assert!(refused(&error), "{error}");
+            }
+            if let Err(error) = parse_status(&text) {
+                prop_assert!(refused(&error), "{error}");
+            }
+            if let Err(error) = parse_kind(&text) {
+                prop_assert!(refused(&error), "{error}");
+            }
+            if let Err(error) = uint(number) {
+                prop_assert!(refused(&error), "{error}");
+            }
+            if let Some(digests) = crate::chunk::read_manifest(&bytes) {
+                prop_assert_eq!(crate::chunk::manifest(&digests), bytes.clone());
+            }
+            if let Ok(tree) = text.parse::<TreeId>()
+                && let Err(error) = meta_of(tree, Some(text.clone()), Some(text.clone()), Some(number))
+            {
+                prop_assert!(refused(&error), "{error}");
+            }
+        }
+    }
+}
