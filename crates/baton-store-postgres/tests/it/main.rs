@@ -7,4 +7,6 @@
 #![allow(missing_docs)]
 
 mod conformance;
+mod errors;
+mod leases;
 mod support;
