@@ -7,6 +7,7 @@
 #![allow(missing_docs)]
 
 mod conformance;
+mod corruption;
 mod errors;
 mod leases;
 mod support;
