@@ -10,4 +10,5 @@ mod conformance;
 mod corruption;
 mod errors;
 mod leases;
+mod store;
 mod support;

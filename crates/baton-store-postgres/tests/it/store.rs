@@ -1,0 +1,432 @@
+//! What only a shared database shows: writers on separate handles (as on
+//! separate machines) racing for one tree, group commits across trees,
+//! change notices, tokens across a reopen, pruning, and large states stored
+//! once by digest.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_run::log::{Record, RecordBody, Snapshot};
+use baton_run::program::{ExecutionState, Transition};
+use baton_run::store::{
+    AcquireRequest, Acquired, Append, AppendOutcome, ListFilter, Store, TreeMeta, TreeStatus,
+};
+use baton_run::{Digest, EffectId, Payload, ProcessId, Scope, StartId, Timestamp, TreeId};
+use baton_store_postgres::{Notice, PostgresConfig, PostgresStore};
+
+use crate::support::{Server, connect, server_url, url_of};
+
+fn tree(key: &str) -> TreeId {
+    ProcessId::root(&StartId::new("acme", key).expect("valid"))
+}
+
+fn url(store: &PostgresStore) -> String {
+    url_of(
+        &server_url(),
+        store.target().rsplit('/').next().expect("a name"),
+    )
+}
+
+fn handle_on(url: &str) -> PostgresStore {
+    PostgresStore::open_with(PostgresConfig {
+        read_connections: 2,
+        ..PostgresConfig::new(url)
+    })
+    .expect("opens")
+}
+
+fn acquire(tree: TreeId, owner: &str) -> AcquireRequest {
+    AcquireRequest {
+        tree,
+        owner: owner.into(),
+        now: Timestamp(0),
+        ttl: Duration::from_secs(60),
+        force: false,
+    }
+}
+
+async fn lease(store: &PostgresStore, tree: TreeId) -> u64 {
+    match store
+        .acquire(AcquireRequest {
+            force: true,
+            ..acquire(tree, "test")
+        })
+        .await
+        .expect("acquires")
+    {
+        Acquired::Granted { lease, .. } => lease.token,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn meta(tree: TreeId, status: TreeStatus, updated: u64) -> TreeMeta {
+    TreeMeta {
+        tree,
+        scope: Scope::new("acme").expect("valid"),
+        status,
+        updated: Timestamp(updated),
+    }
+}
+
+fn step(tree: TreeId, seq: u64, prev: Digest, state: &str) -> Record {
+    let body = RecordBody::StepAdopted {
+        process: tree,
+        step: seq,
+        state: ExecutionState(Payload::encode(state).expect("encodes")),
+        transition: Transition::Continue {
+            consumed: 0,
+            effects: Vec::new(),
+        },
+    };
+    Record::seal(seq, prev, &body)
+}
+
+fn pending(tree: TreeId, seq: u64, prev: Digest) -> Record {
+    let body = RecordBody::EffectPending {
+        process: tree,
+        effect: EffectId::new(tree, seq, 0),
+    };
+    Record::seal(seq, prev, &body)
+}
+
+fn append(tree: TreeId, token: u64, records: Vec<Record>) -> Append {
+    Append {
+        tree,
+        token,
+        records,
+        meta: meta(tree, TreeStatus::Running, 1),
+        release: false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_on_separate_handles_race_and_exactly_one_wins() {
+    let server = Server::new();
+    let first = server.store();
+    let url = url(&first);
+    let handles: Vec<PostgresStore> = (0..4).map(|_| handle_on(&url)).collect();
+    let t = tree("raced");
+    let mut tasks = Vec::new();
+    for (n, store) in handles.iter().enumerate() {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            store.acquire(acquire(t, &format!("machine-{n}"))).await
+        }));
+    }
+    let mut winners = Vec::new();
+    for task in tasks {
+        match task.await.expect("runs").expect("acquires") {
+            Acquired::Granted { lease, .. } => winners.push(lease),
+            Acquired::LeaseHeld { .. } => {}
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one machine gets the lease");
+    let token = winners[0].token;
+    let mut tasks = Vec::new();
+    for (n, store) in handles.iter().enumerate() {
+        let store = store.clone();
+        let body = RecordBody::EffectPending {
+            process: t,
+            effect: EffectId::new(t, 1, n as u32),
+        };
+        let record = Record::seal(1, Digest::ZERO, &body);
+        tasks.push(tokio::spawn(async move {
+            (
+                record.clone(),
+                store.append(vec![append(t, token, vec![record])]).await,
+            )
+        }));
+    }
+    let mut committed = Vec::new();
+    for task in tasks {
+        let (record, outcome) = task.await.expect("runs");
+        match outcome.expect("appends")[..] {
+            [AppendOutcome::Committed] => committed.push(record),
+            [AppendOutcome::Conflict { head: 1 }] => {}
+            ref other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(committed.len(), 1, "exactly one append at seq 1 wins");
+    assert_eq!(first.load(t).await.expect("loads").records, committed);
+}
+
+#[tokio::test]
+async fn a_batch_of_appends_to_many_trees_commits_in_one_transaction_each_answered_in_order() {
+    let server = Server::new();
+    let store = server.store();
+    let trees: Vec<TreeId> = (0..5).map(|n| tree(&format!("group-{n}"))).collect();
+    let mut tokens = Vec::new();
+    for t in &trees {
+        tokens.push(lease(&store, *t).await);
+    }
+    let mut batch: Vec<Append> = trees
+        .iter()
+        .zip(&tokens)
+        .map(|(t, token)| append(*t, *token, vec![pending(*t, 1, Digest::ZERO)]))
+        .collect();
+    // One stale token among them is fenced alone.
+    batch[2].token += 1_000;
+    let outcomes = store.append(batch).await.expect("appends");
+    assert_eq!(
+        outcomes,
+        [
+            AppendOutcome::Committed,
+            AppendOutcome::Committed,
+            AppendOutcome::Fenced,
+            AppendOutcome::Committed,
+            AppendOutcome::Committed
+        ]
+    );
+    // The committed ones share one transaction id.
+    let client = connect(&url(&store)).await;
+    let transactions: i64 = client
+        .query_one("SELECT count(DISTINCT xmin::text) FROM baton_records", &[])
+        .await
+        .expect("counts")
+        .get(0);
+    assert_eq!(transactions, 1, "one group commit");
+    for (index, t) in trees.iter().enumerate() {
+        let expected = if index == 2 { 0 } else { 1 };
+        assert_eq!(store.load(*t).await.expect("loads").records.len(), expected);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_of_any_handle_are_noticed_and_a_lost_listener_says_so_and_goes_on() {
+    let server = Server::new();
+    let store = server.store();
+    let url = url(&store);
+    let mut listener = store.listen().await.expect("listens");
+    let other = handle_on(&url);
+    let t = tree("noticed");
+    let token = lease(&other, t).await;
+    assert_eq!(
+        other
+            .append(vec![append(t, token, vec![pending(t, 1, Digest::ZERO)])])
+            .await,
+        Ok(vec![AppendOutcome::Committed])
+    );
+    let scope = Some(Scope::new("acme").expect("valid"));
+    assert_eq!(
+        listener.next().await,
+        Some(Notice::Changed {
+            tree: t,
+            scope: scope.clone()
+        }),
+        "an append on another handle is noticed"
+    );
+    // A fenced append commits nothing and notices nothing; a release does.
+    assert_eq!(
+        other
+            .append(vec![append(
+                t,
+                token + 7,
+                vec![pending(t, 2, Digest::ZERO)]
+            )])
+            .await,
+        Ok(vec![AppendOutcome::Fenced])
+    );
+    other.release(t, token).await.expect("releases");
+    assert_eq!(
+        listener.next().await,
+        Some(Notice::Changed {
+            tree: t,
+            scope: scope.clone()
+        }),
+        "the release"
+    );
+
+    // The listening connection is killed: the listener says notices may
+    // have been missed, then carries on.
+    let admin = connect(&url).await;
+    loop {
+        let killed = admin
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE datname = current_database() AND application_name = 'baton:listener'",
+                &[],
+            )
+            .await
+            .expect("kills");
+        if !killed.is_empty() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(listener.next().await, Some(Notice::Missed));
+    let u = tree("after");
+    let token = lease(&other, u).await;
+    assert_eq!(
+        other
+            .append(vec![append(u, token, vec![pending(u, 1, Digest::ZERO)])])
+            .await,
+        Ok(vec![AppendOutcome::Committed])
+    );
+    assert_eq!(
+        listener.next().await,
+        Some(Notice::Changed { tree: u, scope }),
+        "noticed after reconnecting"
+    );
+    drop(other);
+    drop(store);
+    assert_eq!(listener.next().await, None, "the store is gone");
+}
+
+#[tokio::test]
+async fn commits_survive_a_reopen_and_tokens_keep_increasing() {
+    let server = Server::new();
+    let store = server.store();
+    let url = url(&store);
+    let t = tree("reopen");
+    let token = lease(&store, t).await;
+    let records = vec![pending(t, 1, Digest::ZERO)];
+    let mut item = append(t, token, records.clone());
+    item.meta = meta(t, TreeStatus::Waiting, 5);
+    assert_eq!(
+        store.append(vec![item]).await,
+        Ok(vec![AppendOutcome::Committed])
+    );
+    drop(store);
+    let store = handle_on(&url);
+    let load = store.load(t).await.expect("loads");
+    assert_eq!(load.records, records);
+    assert_eq!(load.meta, Some(meta(t, TreeStatus::Waiting, 5)));
+    assert!(lease(&store, t).await > token, "tokens never repeat");
+}
+
+#[tokio::test]
+async fn prune_removes_only_done_trees_older_than_the_retention_point() {
+    let server = Server::new();
+    let store = server.store();
+    let big = "x".repeat(50_000);
+    for (key, status, updated) in [
+        ("old-done", TreeStatus::Done, 10),
+        ("new-done", TreeStatus::Done, 1_000),
+        ("old-waiting", TreeStatus::Waiting, 10),
+    ] {
+        let t = tree(key);
+        let token = lease(&store, t).await;
+        let mut item = append(
+            t,
+            token,
+            vec![step(t, 1, Digest::ZERO, &format!("{key}{big}"))],
+        );
+        item.meta = meta(t, status, updated);
+        assert_eq!(
+            store.append(vec![item]).await,
+            Ok(vec![AppendOutcome::Committed])
+        );
+    }
+    assert_eq!(store.prune(Timestamp(500)).await, Ok(1));
+    let listed: Vec<TreeId> = store
+        .list(ListFilter::default())
+        .await
+        .expect("lists")
+        .trees
+        .into_iter()
+        .map(|m| m.tree)
+        .collect();
+    let mut expected = vec![tree("new-done"), tree("old-waiting")];
+    expected.sort();
+    assert_eq!(listed, expected);
+    assert!(!store.load(tree("old-done")).await.expect("loads").exists());
+    assert_eq!(store.prune(Timestamp(500)).await, Ok(0));
+    let orphans: i64 = connect(&url(&store))
+        .await
+        .query_one(
+            "SELECT count(*) FROM baton_chunks WHERE tree NOT IN (SELECT key FROM baton_trees)",
+            &[],
+        )
+        .await
+        .expect("counts")
+        .get(0);
+    assert_eq!(orphans, 0, "a pruned tree's pieces are gone");
+}
+
+/// Seeded, incompressible bytes as hex text.
+fn noise(len: usize, seed: u64) -> String {
+    let mut state = seed;
+    (0..len / 2)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            format!("{:02x}", (state >> 32) as u8)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_large_state_that_changes_a_little_is_stored_once_by_digest_and_counted_so() {
+    let server = Server::new();
+    let store = server.store_with(|config| config.compact = false);
+    let t = tree("large");
+    let token = lease(&store, t).await;
+    let mut state = noise(250_000, 99).into_bytes();
+    let (mut prev, mut records) = (Digest::ZERO, Vec::new());
+    let steps = 20u64;
+    let mut growth = Vec::new();
+    for seq in 1..=steps {
+        let at = (seq as usize * 12_345) % state.len();
+        state[at] = b"0123456789abcdef"[seq as usize % 16];
+        let record = step(t, seq, prev, std::str::from_utf8(&state).expect("hex"));
+        prev = record.hash;
+        let before = store.bytes_written();
+        assert_eq!(
+            store
+                .append(vec![append(t, token, vec![record.clone()])])
+                .await,
+            Ok(vec![AppendOutcome::Committed])
+        );
+        growth.push(store.bytes_written() - before);
+        records.push(record);
+    }
+    let size = records[0].body.len() as u64;
+    assert!(growth[0] >= size, "a new large state counts in full");
+    assert!(
+        growth[1..]
+            .iter()
+            .all(|grown| *grown > 0 && *grown < size / 10),
+        "{growth:?} bytes counted per step of a {size}-byte state"
+    );
+    let loaded = store.load(t).await.expect("loads");
+    assert_eq!(loaded.records, records, "byte-exact reassembly");
+    assert_eq!(
+        baton_run::log::verify(0, Digest::ZERO, &loaded.records),
+        Ok((steps, prev))
+    );
+    let snapshot = Snapshot {
+        seq: steps,
+        head: prev,
+        state: Arc::from(records.last().expect("records").body.to_vec()),
+    };
+    let before = store.bytes_written();
+    assert_eq!(
+        store.write_snapshot(t, token, snapshot).await,
+        Ok(AppendOutcome::Committed)
+    );
+    let grown = store.bytes_written() - before;
+    assert!(
+        grown > 0 && grown < size / 10,
+        "{grown} bytes for a snapshot"
+    );
+    let stored: i64 = connect(&url(&store))
+        .await
+        .query_one("SELECT sum(length(bytes))::bigint FROM baton_chunks", &[])
+        .await
+        .expect("sums")
+        .get(0);
+    let per_step = (stored - 250_000) / steps as i64;
+    assert!(
+        per_step < 10_000,
+        "{stored} piece bytes: {per_step} per step"
+    );
+}
+
+#[test]
+fn the_public_handles_are_send_and_sync() {
+    fn shared<T: Send + Sync + 'static>() {}
+    shared::<PostgresStore>();
+    shared::<baton_store_postgres::Listener>();
+    shared::<baton_store_postgres::OpenError>();
+}
