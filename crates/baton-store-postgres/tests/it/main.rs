@@ -10,5 +10,6 @@ mod conformance;
 mod corruption;
 mod errors;
 mod leases;
+mod soak;
 mod store;
 mod support;
