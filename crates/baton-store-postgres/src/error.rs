@@ -202,10 +202,19 @@ const LOST: &str = "nothing of this call is reported committed; the tree's write
 /// - `Corrupt`: the server reports damaged data or indexes.
 pub(crate) fn storage(error: tokio_postgres::Error) -> StoreError {
     let Some(code) = error.code().cloned() else {
-        let kind = StoreError::unavailable(format!(
-            "postgres: the connection failed ({}); {LOST}",
-            chain(&error)
-        ));
+        let kind = if link_failed(&error) {
+            StoreError::unavailable(format!(
+                "postgres: the connection failed ({}); {LOST}",
+                chain(&error)
+            ))
+        } else {
+            // The client refused to run the statement (a value it cannot
+            // encode, say): nothing was sent, and sending again would not help.
+            StoreError::refused(format!(
+                "postgres: the statement could not be run ({}); nothing was written",
+                chain(&error)
+            ))
+        };
         return kind.caused_by(error);
     };
     let state = code.code();
@@ -254,12 +263,31 @@ pub(crate) fn must_retry(error: &tokio_postgres::Error) -> bool {
 /// the statement, after which the commit of a transaction is unknown.
 pub(crate) fn connection_lost(error: &tokio_postgres::Error) -> bool {
     match error.code() {
-        None => true,
+        None => link_failed(error),
         Some(code) => {
             let state = code.code();
             state.starts_with("08") || state.starts_with("57P")
         }
     }
+}
+
+/// Whether an error without a SQLSTATE is a failure of the link (closed,
+/// refused, an I/O error, a malformed message) rather than the client's
+/// refusal to encode a statement.
+fn link_failed(error: &tokio_postgres::Error) -> bool {
+    if error.is_closed() {
+        return true;
+    }
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if cause.is::<std::io::Error>() {
+            return true;
+        }
+        source = cause.source();
+    }
+    // Without a cause (an unexpected message, a closed connection seen
+    // before `is_closed` is set) the link is the likelier culprit.
+    !chain(error).contains("serializing")
 }
 
 /// Maps a pool failure (no connection could be had) to a storage error.

@@ -61,11 +61,15 @@
 //!   schema, or a database holding tables that are not a Baton store's, is
 //!   refused with an [`OpenError`] before anything is written.
 //!
+//! [`admin`] creates and drops databases on a server, for provisioning
+//! scripts, benchmarks and tests.
+//!
 //! Connections use no TLS: run engines and the database on a trusted
 //! network, or connect through a local TLS proxy.
 //!
 //! No cargo features.
 
+pub mod admin;
 mod chunk;
 mod config;
 mod error;

@@ -47,6 +47,10 @@ pub(crate) enum Write {
 /// What a write produced, sent only once its transaction committed.
 enum Written {
     Acquired(Acquired),
+    /// A grant whose load is read once the group's writes are done (nothing
+    /// later in the group can change a tree just granted: every other write
+    /// to it holds an older token and is fenced).
+    Granted(Lease, TreeId),
     Appended(Vec<AppendOutcome>),
     Snapshot(AppendOutcome),
     Renewed(bool),
@@ -207,6 +211,22 @@ async fn run_group(
         written.push(state.execute(&tx, write).await?);
     }
     state.flush(&tx).await?;
+    // The loads of the grants, asked for together: the client pipelines them.
+    let loads = written.iter().map(|done| async {
+        match done {
+            Written::Granted(_, tree) => read::load(&tx, *tree, false).await.map(Some),
+            _ => Ok(None),
+        }
+    });
+    let loads = futures_util::future::try_join_all(loads).await?;
+    for (done, load) in written.iter_mut().zip(loads) {
+        if let (Written::Granted(lease, _), Some(load)) = (&*done, load) {
+            *done = Written::Acquired(Acquired::Granted {
+                lease: lease.clone(),
+                load,
+            });
+        }
+    }
     state.notify(&tx).await?;
     tx.commit().await?;
     Ok((written, state.bytes))
@@ -276,6 +296,8 @@ struct Group {
     notices: BTreeSet<String>,
     /// Payload bytes stored.
     bytes: u64,
+    /// Fencing tokens drawn from the sequence for the group's grants.
+    tokens: Vec<i64>,
 }
 
 /// The database's `now()` in milliseconds since the epoch.
@@ -337,6 +359,26 @@ impl Group {
                 .transpose()?
                 .unwrap_or(0),
         };
+        let grants = group
+            .iter()
+            .filter(|write| matches!(write, Write::Acquire(..)))
+            .count() as i64;
+        let tokens = if grants == 0 {
+            Vec::new()
+        } else {
+            query(
+                tx,
+                "SELECT nextval('baton_tokens') FROM generate_series(1, $1::bigint)",
+                &[&grants],
+            )
+            .await?
+            .iter()
+            .map(|row| column(row, 0))
+            .collect::<Result<Vec<i64>, _>>()?
+        };
+        // Handed out from the end: the smallest first, in the group's order.
+        let mut tokens = tokens;
+        tokens.sort_unstable_by(|a, b| b.cmp(a));
         let mut rows = BTreeMap::new();
         for row in &locked {
             let id: String = column(row, 1)?;
@@ -352,6 +394,7 @@ impl Group {
             now,
             notices: BTreeSet::new(),
             bytes: 0,
+            tokens,
         })
     }
 
@@ -370,7 +413,7 @@ impl Group {
         write: &Write,
     ) -> Result<Written, Failure> {
         Ok(match write {
-            Write::Acquire(request, _) => Written::Acquired(self.acquire(tx, request).await?),
+            Write::Acquire(request, _) => self.acquire(request)?,
             Write::Append(batch, _) => {
                 let mut outcomes = Vec::with_capacity(batch.len());
                 for append in batch {
@@ -399,16 +442,13 @@ impl Group {
     }
 
     /// Grants the writer lease of a tree or reports the live lease of
-    /// someone else; a grant returns the tree's stored state.
-    async fn acquire(
-        &mut self,
-        tx: &impl GenericClient,
-        request: &AcquireRequest,
-    ) -> Result<Acquired, Failure> {
+    /// someone else; a grant's load is read at the end of the group.
+    fn acquire(&mut self, request: &AcquireRequest) -> Result<Written, Failure> {
         let now = match self.clock {
             LeaseClock::Database => self.now,
             LeaseClock::Requests => int(request.now.0),
         };
+        let minted = self.tokens.pop();
         let row = self
             .row(request.tree)?
             .ok_or_else(|| StoreError::unavailable("a tree row vanished while locked"))?;
@@ -417,19 +457,12 @@ impl Group {
             && until > now
             && !request.force
         {
-            return Ok(Acquired::LeaseHeld {
+            return Ok(Written::Acquired(Acquired::LeaseHeld {
                 owner: owner.clone(),
                 until: Timestamp(uint(until)?),
-            });
+            }));
         }
-        let minted: i64 = query_opt(tx, "SELECT nextval('baton_tokens')", &[])
-            .await?
-            .map(|row| column(&row, 0))
-            .transpose()?
-            .ok_or_else(|| corrupt("the token sequence returned nothing"))?;
-        let row = self
-            .row(request.tree)?
-            .ok_or_else(|| StoreError::unavailable("a tree row vanished while locked"))?;
+        let minted = minted.ok_or_else(|| corrupt("the token sequence returned too few tokens"))?;
         // Tokens strictly increase per tree even if the sequence was reset.
         let token = minted.max(row.last_token.saturating_add(1));
         let ttl = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
@@ -445,10 +478,7 @@ impl Group {
             owner: request.owner.clone(),
             until: Timestamp(uint(until)?),
         };
-        // The load reads the tree's row: write this group's changes first.
-        self.flush(tx).await?;
-        let load = read::load(tx, request.tree, false).await?;
-        Ok(Acquired::Granted { lease, load })
+        Ok(Written::Granted(lease, request.tree))
     }
 
     /// One append: compare-and-swap on the expected head and the fencing

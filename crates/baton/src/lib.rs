@@ -17,13 +17,16 @@
 //! | [`agent`] | `baton-agent` | chat types, the model trait, typed output, the model-backed interaction, tools, the adapter, a scripted model, providers |
 //! | [`team`] | `baton-team` | the team coordinator: a coordinator program turns each `Turn` into a `Decision` over worker tasks |
 //! | [`strategy`] | `baton-strategy` | ready-made team strategies (sequential, parallel, router, planner, swarm, hierarchy) and the message board between agents |
-//! | [`store`] | `baton-store-*` | durable store backends: [`store::sqlite`] (`baton-store-sqlite`, the embedded default) |
+//! | [`store`] | `baton-store-*` | durable store backends: [`store::sqlite`] (`baton-store-sqlite`, the embedded default) and `store::postgres` (`baton-store-postgres`, shared by engines on several machines) |
 //!
 //! The in-memory store stays where the contract is, at `baton::run::MemoryStore`.
 //!
 //! ## Features
 //!
 //! - `sqlite` (default): the embedded durable store, `baton::store::sqlite`.
+//! - `postgres`: the shared durable store on PostgreSQL,
+//!   `baton::store::postgres`, for many engines on many machines (leases on
+//!   the database's clock, change notices).
 //! - `openai` (default): the OpenAI-compatible Chat Completions provider,
 //!   `baton::agent::openai`.
 //! - `anthropic` (default): the Anthropic Messages API provider,
@@ -266,6 +269,10 @@ pub mod store {
     #[cfg(feature = "sqlite")]
     #[doc(inline)]
     pub use baton_store_sqlite as sqlite;
+
+    #[cfg(feature = "postgres")]
+    #[doc(inline)]
+    pub use baton_store_postgres as postgres;
 }
 
 /// The README's library example, compiled and run as a doctest.
