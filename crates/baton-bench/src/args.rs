@@ -12,7 +12,7 @@ use crate::workloads::{SMALL_RUNS, Workload};
 
 /// Help text, printed for `--help` and after a usage error.
 pub const USAGE: &str = "\
-usage: baton-bench [WORKLOAD...] [--store memory|sqlite] [--json] [--runs N]
+usage: baton-bench [WORKLOAD...] [--store memory|sqlite|postgres[=URL]] [--json] [--runs N]
                    [--steps N] [--dispatches N] [--children N] [--resume N] [--idle N]
 
 workloads (all when none is named):
@@ -26,11 +26,14 @@ workloads (all when none is named):
   children    wall time per child lifecycle (start, complete, wait), ten children at a time
   team1000    wall time per worker task of a team running 1000 tasks, 100 at a time (also: coordinator turns)
   resume1000  ms per tree to recover roots parked on an input gate with a fresh engine and answer them all
-              (sqlite: in a separate process)
+              (sqlite, postgres: in a separate process)
   idle        resident memory per process waiting on an input gate
 
 options:
-  --store S       memory, sqlite or memory,sqlite; repeatable (default: both)
+  --store S       memory, sqlite, postgres or postgres=URL, comma-separated; repeatable
+                  (default: memory,sqlite); postgres runs each run in a database of its own
+                  on the server URL names (default postgres://postgres@127.0.0.1:5432/postgres),
+                  created and dropped by the bench
   --json          print only the JSON lines, not the table
   --runs N        measured runs per workload and store after one warm-up (default 5)
   --steps N       steps per `step` run (default 20000)
@@ -60,6 +63,8 @@ pub struct Options {
     pub resume: usize,
     /// Waiting roots per `idle` run.
     pub idle: usize,
+    /// The PostgreSQL server of `--store postgres[=URL]`.
+    pub postgres: String,
     /// Hidden: run one workload on the one store named in this process and
     /// print its samples.
     pub worker: Option<Workload>,
@@ -84,6 +89,7 @@ impl Options {
             children: 2_000,
             resume: 1_000,
             idle: 100_000,
+            postgres: crate::store::POSTGRES_DEFAULT.to_owned(),
             worker: None,
             warm_up: false,
             resume_phase2: None,
@@ -112,9 +118,14 @@ impl Options {
                 "--idle" => options.idle = usize::try_from(number(arg, value(arg, "a number")?)?)?,
                 "--store" => {
                     for name in value(arg, "a store")?.split(',') {
-                        let store = StoreKind::parse(name.trim()).with_context(|| {
-                            format!("unknown store `{name}` (memory or sqlite)\n\n{USAGE}")
+                        let (store, url) = StoreKind::parse(name.trim()).with_context(|| {
+                            format!(
+                                "unknown store `{name}` (memory, sqlite, postgres or postgres=URL)\n\n{USAGE}"
+                            )
                         })?;
+                        if let Some(url) = url {
+                            options.postgres = url;
+                        }
                         if !options.stores.contains(&store) {
                             options.stores.push(store);
                         }
@@ -196,7 +207,19 @@ mod tests {
             .unwrap(),
             [StoreKind::Memory, StoreKind::Sqlite]
         );
-        assert!(stores(&["--store", "postgres"]).is_err());
+        assert_eq!(
+            stores(&["--store", "postgres"]).unwrap(),
+            [StoreKind::Postgres]
+        );
+        let options = Options::parse(&[
+            "--store".to_owned(),
+            "sqlite,postgres=postgres://u@h/d".to_owned(),
+        ])
+        .unwrap();
+        assert_eq!(options.stores, [StoreKind::Sqlite, StoreKind::Postgres]);
+        assert_eq!(options.postgres, "postgres://u@h/d");
+        assert!(stores(&["--store", "postgres="]).is_err());
+        assert!(stores(&["--store", "mysql"]).is_err());
         assert!(stores(&["--store"]).is_err());
     }
 }

@@ -1,8 +1,8 @@
 //! # baton-bench: workloads that measure the Baton kernel
 //!
-//! `baton-bench [WORKLOAD...] [--store memory|sqlite] [--json] [--runs N]`
+//! `baton-bench [WORKLOAD...] [--store memory|sqlite|postgres[=URL]] [--json] [--runs N]`
 //! runs the named workloads (all of them when none is named) on the named
-//! stores (both when none is named) and prints one JSON line per workload
+//! stores (memory and SQLite when none is named) and prints one JSON line per workload
 //! and store, then a table (`--json` prints only the JSON lines).
 //! `cargo xtask bench` runs it in release mode.
 //!
@@ -13,6 +13,12 @@
 //! - `sqlite`: a `SqliteStore` with its defaults (WAL, `synchronous =
 //!   FULL`, so every commit is durable; compaction on), in a fresh directory
 //!   under the system's temporary directory (`TMPDIR`), removed afterwards.
+//! - `postgres` (only when named; `postgres=URL` names the server, by
+//!   default `postgres://postgres@127.0.0.1:5432/postgres`): a
+//!   `PostgresStore` with its defaults (leases on the database's clock,
+//!   compaction on) in a database of its own per run, created on that server
+//!   and dropped afterwards. The server's own durability settings apply
+//!   (`fsync`, `synchronous_commit`); the figures name them.
 //!
 //! The JSON line's `store` field names the store the figures come from.
 //! `bytes_written` is the median, per unit of work, of what a run wrote to
@@ -23,7 +29,9 @@
 //!   and snapshot states stored inline, the manifests of chunked ones, and
 //!   only the content-defined pieces that were newly inserted (a piece the
 //!   tree already stored is not counted again); no row, index, page or WAL
-//!   overhead.
+//!   overhead;
+//! - on `postgres`, the growth of `PostgresStore::bytes_written`, counted
+//!   the same way (a manifest is 32 bytes per piece).
 //!
 //! On `sqlite` the line also has `io_bytes`: the growth of `wchar` in
 //! `/proc/self/io` over the measured phase, per unit of work. It counts
@@ -65,9 +73,9 @@
 //!   engine on the same store recovers every tree and answers every gate
 //!   concurrently, and the phase ends when every output has arrived. On
 //!   `memory` the second phase runs in the same process over the same
-//!   `MemoryStore`; on `sqlite` it runs in a separate process (this binary
-//!   again, with the hidden `--resume-phase2 DB` flag) and is timed from
-//!   opening the database file. The figure is milliseconds per tree;
+//!   `MemoryStore`; on `sqlite` and `postgres` it runs in a separate process (this binary
+//!   again, with the hidden `--resume-phase2 STORE` flag) and is timed from
+//!   opening the store. The figure is milliseconds per tree;
 //!   `total_seconds` is the whole phase; bytes are those of that phase.
 //! - `idle` (W6): many roots (`--idle`) each wait on an `InputGate`; the
 //!   figure is resident memory growth per waiting process.
@@ -124,15 +132,18 @@ async fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let result = match Options::parse(&args) {
-        Ok(options) => match (options.resume_phase2.clone(), options.worker) {
-            (Some(path), _) => {
-                hosted(async move { resume_phase2_main(&path, options.resume).await }).await
+        Ok(options) => {
+            crate::store::set_postgres_server(&options.postgres);
+            match (options.resume_phase2.clone(), options.worker) {
+                (Some(path), _) => {
+                    hosted(async move { resume_phase2_main(&path, options.resume).await }).await
+                }
+                (None, Some(workload)) => {
+                    hosted(async move { process::worker(workload, &options).await }).await
+                }
+                (None, None) => orchestrate(&options),
             }
-            (None, Some(workload)) => {
-                hosted(async move { process::worker(workload, &options).await }).await
-            }
-            (None, None) => orchestrate(&options),
-        },
+        }
         Err(error) => Err(error),
     };
     match result {

@@ -78,7 +78,7 @@ fn spawn_worker(
     let mut command = self_command()?;
     command
         .args(["--worker", workload.name()])
-        .args(["--store", store.name()])
+        .args(["--store", &store.spec()])
         .args(["--runs", &runs.to_string()])
         .args(["--steps", &options.steps.to_string()])
         .args(["--dispatches", &options.dispatches.to_string()])

@@ -1,14 +1,17 @@
 //! The stores the workloads run on: [`StoreKind`] names one, and a
 //! [`BenchStore`] is the fresh store of one run (a `MemoryStore` keeping its
-//! history, or a `SqliteStore` in a temporary directory of its own).
+//! history, a `SqliteStore` in a temporary directory of its own, or a
+//! `PostgresStore` in a database of its own on the server `--store
+//! postgres=URL` names, dropped afterwards).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use anyhow::{Context, Result};
 use baton::run::store::{ListFilter, Store};
 use baton::run::{EngineConfig, MemoryStore, Program};
+use baton::store::postgres::{PostgresConfig, PostgresStore, admin};
 use baton::store::sqlite::SqliteStore;
 
 /// A store the workloads run on.
@@ -18,21 +21,126 @@ pub enum StoreKind {
     Memory,
     /// A `SqliteStore` in a fresh temporary directory, durable commits on.
     Sqlite,
+    /// A `PostgresStore` in a fresh database on the server of
+    /// [`postgres_server`]; only when asked for.
+    Postgres,
+}
+
+/// The PostgreSQL server when `--store postgres` names none.
+pub const POSTGRES_DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+static POSTGRES_SERVER: OnceLock<String> = OnceLock::new();
+
+/// Sets the server `postgres` runs on (once, from the command line).
+pub fn set_postgres_server(url: &str) {
+    let _ = POSTGRES_SERVER.set(url.to_owned());
+}
+
+/// The server `postgres` runs on: a database there that the bench may
+/// connect to, to create and drop a database of its own per run.
+pub fn postgres_server() -> &'static str {
+    POSTGRES_SERVER
+        .get()
+        .map_or(POSTGRES_DEFAULT, String::as_str)
 }
 
 impl StoreKind {
-    /// Both stores, in the order they run.
+    /// The stores that run when none is named, in that order (PostgreSQL
+    /// needs a server, so it runs only when named).
     pub const ALL: [StoreKind; 2] = [StoreKind::Memory, StoreKind::Sqlite];
 
     pub fn name(self) -> &'static str {
         match self {
             StoreKind::Memory => "memory",
             StoreKind::Sqlite => "sqlite",
+            StoreKind::Postgres => "postgres",
         }
     }
 
-    pub fn parse(name: &str) -> Option<StoreKind> {
-        StoreKind::ALL.into_iter().find(|s| s.name() == name)
+    /// A store as named on the command line: `memory`, `sqlite`,
+    /// `postgres` or `postgres=URL` (with the server's URL).
+    pub fn parse(name: &str) -> Option<(StoreKind, Option<String>)> {
+        if let Some(url) = name.strip_prefix("postgres=") {
+            return (!url.is_empty()).then(|| (StoreKind::Postgres, Some(url.to_owned())));
+        }
+        [StoreKind::Memory, StoreKind::Sqlite, StoreKind::Postgres]
+            .into_iter()
+            .find(|s| s.name() == name)
+            .map(|kind| (kind, None))
+    }
+
+    /// The store as a worker process is told it.
+    pub fn spec(self) -> String {
+        match self {
+            StoreKind::Postgres => format!("postgres={}", postgres_server()),
+            other => other.name().to_owned(),
+        }
+    }
+}
+
+/// Which durable store a `--resume-phase2` locator names: PostgreSQL
+/// connection settings, or else a SQLite file's path.
+pub fn kind_of(locator: &str) -> StoreKind {
+    if locator.starts_with("postgres") || locator.contains("dbname=") {
+        StoreKind::Postgres
+    } else {
+        StoreKind::Sqlite
+    }
+}
+
+/// A database of its own on the PostgreSQL server, dropped with everything
+/// in it when dropped.
+#[derive(Debug)]
+pub struct Database {
+    name: String,
+    url: String,
+}
+
+impl Database {
+    fn new() -> Result<Database> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "baton_bench_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let server = postgres_server();
+        admin::drop_database(server, &name)?;
+        let url = admin::create_database(server, &name)
+            .with_context(|| format!("cannot create a bench database on {server}"))?;
+        Ok(Database { name, url })
+    }
+
+    /// Its connection settings.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        let _ = admin::drop_database(postgres_server(), &self.name);
+    }
+}
+
+/// What a closed bench store hands over, so another process can open it
+/// before it is removed.
+#[derive(Debug)]
+pub enum Handover {
+    /// The SQLite file's directory.
+    Sqlite(TempDir),
+    /// The PostgreSQL database.
+    Postgres(Database),
+}
+
+impl Handover {
+    /// Where the store is: the SQLite file's path, or the database's
+    /// connection settings.
+    pub fn locator(&self) -> String {
+        match self {
+            Handover::Sqlite(dir) => dir.database().display().to_string(),
+            Handover::Postgres(database) => database.url().to_owned(),
+        }
     }
 }
 
@@ -71,6 +179,7 @@ impl Drop for TempDir {
 enum Backend {
     Memory(MemoryStore),
     Sqlite(SqliteStore),
+    Postgres(PostgresStore),
 }
 
 /// A store for one run: a fresh `MemoryStore` keeping its history, or a
@@ -78,9 +187,9 @@ enum Backend {
 pub struct BenchStore {
     pub kind: StoreKind,
     backend: Backend,
-    /// The SQLite file's directory. Declared after the store, so the store
-    /// handle is closed before the directory is removed.
-    dir: Option<TempDir>,
+    /// The SQLite file's directory or the PostgreSQL database. Declared
+    /// after the store, so the store handle is closed before it is removed.
+    place: Option<Handover>,
 }
 
 impl BenchStore {
@@ -90,7 +199,7 @@ impl BenchStore {
             StoreKind::Memory => BenchStore {
                 kind,
                 backend: Backend::Memory(MemoryStore::keeping_history()),
-                dir: None,
+                place: None,
             },
             StoreKind::Sqlite => {
                 let dir = TempDir::new()?;
@@ -98,18 +207,35 @@ impl BenchStore {
                 BenchStore {
                     kind,
                     backend: Backend::Sqlite(store),
-                    dir: Some(dir),
+                    place: Some(Handover::Sqlite(dir)),
+                }
+            }
+            StoreKind::Postgres => {
+                let database = Database::new()?;
+                let store = PostgresStore::create(database.url())?;
+                BenchStore {
+                    kind,
+                    backend: Backend::Postgres(store),
+                    place: Some(Handover::Postgres(database)),
                 }
             }
         })
     }
 
-    /// Opens an existing SQLite file (whose directory someone else owns).
-    pub fn open_sqlite(path: &Path) -> Result<BenchStore> {
+    /// Opens an existing store (whose file or database someone else owns)
+    /// at `locator`: PostgreSQL connection settings, or a SQLite file's path.
+    pub fn open(locator: &str) -> Result<BenchStore> {
+        if kind_of(locator) == StoreKind::Postgres {
+            return Ok(BenchStore {
+                kind: StoreKind::Postgres,
+                backend: Backend::Postgres(PostgresStore::open_with(PostgresConfig::new(locator))?),
+                place: None,
+            });
+        }
         Ok(BenchStore {
             kind: StoreKind::Sqlite,
-            backend: Backend::Sqlite(SqliteStore::open(path)?),
-            dir: None,
+            backend: Backend::Sqlite(SqliteStore::open(Path::new(locator))?),
+            place: None,
         })
     }
 
@@ -127,6 +253,7 @@ impl BenchStore {
         match &self.backend {
             Backend::Memory(store) => Arc::new(store.clone()),
             Backend::Sqlite(store) => Arc::new(store.clone()),
+            Backend::Postgres(store) => Arc::new(store.clone()),
         }
     }
 
@@ -134,12 +261,13 @@ impl BenchStore {
     pub fn memory(&self) -> Option<&MemoryStore> {
         match &self.backend {
             Backend::Memory(store) => Some(store),
-            Backend::Sqlite(_) => None,
+            Backend::Sqlite(_) | Backend::Postgres(_) => None,
         }
     }
 
     /// Payload bytes written to the store so far: on memory, the bodies of
-    /// every stored record; on SQLite, `SqliteStore::bytes_written`.
+    /// every stored record; on SQLite and PostgreSQL, the store's
+    /// `bytes_written` (counted the same way).
     pub async fn bytes_written(&self) -> Result<u64> {
         match &self.backend {
             Backend::Memory(store) => {
@@ -151,14 +279,16 @@ impl BenchStore {
                     .sum())
             }
             Backend::Sqlite(store) => Ok(store.bytes_written()),
+            Backend::Postgres(store) => Ok(store.bytes_written()),
         }
     }
 
-    /// Closes this handle and hands over the SQLite file's directory, so the
-    /// file can be reopened (by another process) before it is removed.
-    pub fn close(self) -> Option<TempDir> {
-        let BenchStore { backend, dir, .. } = self;
+    /// Closes this handle and hands over the SQLite file's directory or the
+    /// PostgreSQL database, so the store can be reopened (by another
+    /// process) before it is removed.
+    pub fn close(self) -> Option<Handover> {
+        let BenchStore { backend, place, .. } = self;
         drop(backend);
-        dir
+        place
     }
 }

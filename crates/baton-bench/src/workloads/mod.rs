@@ -219,7 +219,7 @@ fn check(sample: &Sample, kind: StoreKind, what: &str) {
     assert!(sample.figure > 0.0, "{what} on {kind:?}: {sample:?}");
     assert!(sample.bytes_written > 0.0, "{what} on {kind:?}: {sample:?}");
     match kind {
-        StoreKind::Memory => assert_eq!(sample.io_bytes, None, "{what}"),
+        StoreKind::Memory | StoreKind::Postgres => assert_eq!(sample.io_bytes, None, "{what}"),
         StoreKind::Sqlite => assert!(
             sample.io_bytes.is_some_and(|io| io > 0.0),
             "{what} on {kind:?}: {sample:?}"

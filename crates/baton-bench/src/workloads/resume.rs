@@ -1,7 +1,7 @@
 //! `resume1000` (W5): roots park on an input gate, the engine closes, and a
-//! fresh engine recovers and answers them all; on SQLite that second phase
-//! runs in a process of its own (`--resume-phase2`), as a restarted host
-//! would.
+//! fresh engine recovers and answers them all; on SQLite and PostgreSQL
+//! that second phase runs in a process of its own (`--resume-phase2`), as a
+//! restarted host would.
 
 use std::path::Path;
 
@@ -15,7 +15,7 @@ use super::SCOPE;
 use super::gate::{gate_program, start_waiting};
 use crate::measure::{Phase, Sample};
 use crate::process::{WorkerReport, run_self, self_command};
-use crate::store::{BenchStore, StoreKind};
+use crate::store::{BenchStore, StoreKind, kind_of};
 
 /// Where the second phase of `resume1000` runs on SQLite.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,17 +60,18 @@ pub async fn resume_run(
         let phase = Phase::on(&store).await?;
         return answer_all(&store, &gate, trees, phase).await;
     }
-    let dir = store
+    let kind = store.kind;
+    let place = store
         .close()
-        .context("a SQLite bench store has a directory")?;
-    let path = dir.database();
+        .context("a durable bench store has a file or a database")?;
+    let locator = place.locator();
     let sample = match phase2 {
-        Phase2::InProcess => resume_phase2(&path, trees).await?,
+        Phase2::InProcess => resume_phase2(kind, &locator, trees).await?,
         Phase2::Process => {
             let mut command = self_command()?;
             command
                 .arg("--resume-phase2")
-                .arg(&path)
+                .arg(&locator)
                 .args(["--resume", &trees.to_string()]);
             let report = tokio::task::spawn_blocking(move || {
                 run_self(command, "the second phase of resume1000")
@@ -85,24 +86,25 @@ pub async fn resume_run(
             }
         }
     };
-    drop(dir);
+    drop(place);
     Ok(sample)
 }
 
-/// The second phase of `resume1000` on the SQLite file at `path`, timed
-/// from opening it.
-async fn resume_phase2(path: &Path, trees: usize) -> Result<Sample> {
+/// The second phase of `resume1000` on the store at `locator` (a SQLite
+/// file's path or PostgreSQL connection settings), timed from opening it.
+async fn resume_phase2(kind: StoreKind, locator: &str, trees: usize) -> Result<Sample> {
     let gate = gate_program()?;
     // A new handle's counter starts at zero.
-    let phase = Phase::begin(StoreKind::Sqlite, 0);
-    let store = BenchStore::open_sqlite(path)?;
+    let phase = Phase::begin(kind, 0);
+    let store = BenchStore::open(locator)?;
     answer_all(&store, &gate, trees, phase).await
 }
 
 /// The hidden `--resume-phase2` process: runs the second phase and prints
 /// its [`WorkerReport`].
-pub async fn resume_phase2_main(path: &Path, trees: usize) -> Result<()> {
-    let sample = resume_phase2(path, trees).await?;
+pub async fn resume_phase2_main(locator: &Path, trees: usize) -> Result<()> {
+    let locator = locator.display().to_string();
+    let sample = resume_phase2(kind_of(&locator), &locator, trees).await?;
     WorkerReport::print(vec![sample])
 }
 
