@@ -2,13 +2,14 @@
 //! in a store.
 //!
 //! Every subcommand opens an embedded SQLite store (`./baton.db` unless
-//! `--store` says otherwise). Errors are one line on stderr and a non-zero
+//! `--store` says otherwise), or, built with the `postgres` feature, a
+//! PostgreSQL database (`--store postgres://USER@HOST:PORT/DATABASE`). Errors are one line on stderr and a non-zero
 //! exit code; `--json` prints machine-readable output instead of tables.
 
 mod demo;
 mod render;
+mod store;
 
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,18 +21,20 @@ use baton::run::{
     EffectId, Engine, EngineConfig, Payload, ProcessId, RecoverOptions, Scope, Settlement,
     SignalError, SignalReceipt, TreeView, Visibility, WaitId,
 };
-use baton::store::sqlite::SqliteStore;
 use baton_examples::strategies::Scenario;
 use baton_testkit::{Cut, FaultStore};
 use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::store::CliStore;
 
 /// Durable, budgeted, decision-driven multi-agent work.
 #[derive(Debug, Parser)]
 #[command(name = "baton", version, about)]
 struct Cli {
-    /// The store file.
+    /// The store: a SQLite file, or (built with the `postgres` feature) a
+    /// postgres://USER@HOST:PORT/DATABASE URL.
     #[arg(long, global = true, default_value = "baton.db")]
-    store: PathBuf,
+    store: String,
     /// The tenant scope of the trees you operate on.
     #[arg(long, global = true, default_value = demo::SCOPE)]
     scope: String,
@@ -195,23 +198,12 @@ fn main() -> ExitCode {
 
 /// Opens the store; every command but `demo` requires it to exist already
 /// (commands that only read never create one).
-fn open(path: &Path, create: bool) -> Result<SqliteStore> {
-    if !create && !path.exists() {
-        bail!(
-            "no store at {} (run `baton demo` first, or pass --store)",
-            path.display()
-        );
-    }
-    let opened = if create {
-        SqliteStore::open_or_create(path)
-    } else {
-        SqliteStore::open(path)
-    };
-    opened.with_context(|| format!("cannot open the store {}", path.display()))
+fn open(location: &str, create: bool) -> Result<CliStore> {
+    CliStore::open(location, create)
 }
 
-fn engine(store: &SqliteStore) -> Result<Engine> {
-    engine_on(Arc::new(store.clone()))
+fn engine(store: &CliStore) -> Result<Engine> {
+    engine_on(store.shared())
 }
 
 fn engine_on(store: Arc<dyn Store>) -> Result<Engine> {
@@ -241,7 +233,7 @@ async fn run(cli: Cli) -> Result<()> {
             }
             let store = open(&cli.store, true)?;
             if let (Some(scenario), Some(crash_at)) = (scenario, crash_at) {
-                let fault = FaultStore::new(Arc::new(store));
+                let fault = FaultStore::new(store.shared());
                 fault.arm(RecordKind::ChildStarted, Cut::Before, crash_at);
                 let engine = engine_on(Arc::new(fault))?;
                 return demo::crashing(&engine, &scope, scenario.into(), cli.json, hold).await;
@@ -266,7 +258,7 @@ async fn run(cli: Cli) -> Result<()> {
                     .transpose()
                     .context("invalid --tenant")?,
             };
-            let listing = store.list(filter).await?;
+            let listing = store.shared().list(filter).await?;
             for row in &listing.unreadable {
                 eprintln!(
                     "warning: tree row {} does not read back: {}",
@@ -365,6 +357,7 @@ async fn run(cli: Cli) -> Result<()> {
             let store = open(&cli.store, false)?;
             let engine = engine(&store)?;
             let scopes: std::collections::BTreeMap<ProcessId, Scope> = store
+                .shared()
                 .list(ListFilter::default())
                 .await?
                 .trees
