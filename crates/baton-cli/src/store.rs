@@ -43,9 +43,9 @@ impl CliStore {
         } else {
             SqliteStore::open(path)
         };
-        Ok(CliStore::Sqlite(
-            opened.with_context(|| format!("cannot open the store {location}"))?,
-        ))
+        Ok(CliStore::Sqlite(opened.with_context(|| {
+            format!("cannot open the store {location}")
+        })?))
     }
 
     /// The store, as the engine sees it.
@@ -81,5 +81,7 @@ fn open_postgres(url: &str, create: bool) -> Result<CliStore> {
 
 #[cfg(not(feature = "postgres"))]
 fn open_postgres(_url: &str, _create: bool) -> Result<CliStore> {
-    bail!("this baton was built without PostgreSQL: build it with `--features postgres` to use a postgres:// store")
+    bail!(
+        "this baton was built without PostgreSQL: build it with `--features postgres` to use a postgres:// store"
+    )
 }

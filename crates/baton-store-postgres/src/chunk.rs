@@ -106,7 +106,7 @@ pub(crate) fn manifest(digests: &[[u8; DIGEST_LEN]]) -> Vec<u8> {
 /// The piece digests of a manifest; `None` if its length is not a whole
 /// number of digests.
 pub(crate) fn read_manifest(bytes: &[u8]) -> Option<Vec<[u8; DIGEST_LEN]>> {
-    if bytes.len() % DIGEST_LEN != 0 {
+    if !bytes.len().is_multiple_of(DIGEST_LEN) {
         return None;
     }
     bytes

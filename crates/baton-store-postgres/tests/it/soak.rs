@@ -134,7 +134,7 @@ fn round(server: &Server, dir: &Path, round: u64) -> (usize, usize, usize) {
     let mut random = Seeded(0x5eed_ba70_9057 + round);
     let (mut markers, mut kills) = (0usize, 0usize);
     let mut next_kill = 1 + random.below(60);
-    let mut finished = vec![false; HOSTS];
+    let mut finished = [false; HOSTS];
     let mut tail: Vec<String> = Vec::new();
     while finished.iter().any(|done| !done) {
         let (index, generation, line) = received
