@@ -210,6 +210,7 @@ async fn run_group(
     for write in group {
         written.push(state.execute(&tx, write).await?);
     }
+    state.insert_pending(&tx).await?;
     state.flush(&tx).await?;
     // The loads of the grants, asked for together: the client pipelines them.
     let loads = written.iter().map(|done| async {
@@ -283,7 +284,7 @@ impl TreeRow {
 }
 
 /// The state of one group transaction.
-struct Group {
+struct Group<'a> {
     clock: LeaseClock,
     compact: bool,
     /// The locked rows; a row that does not read back fails only the
@@ -298,19 +299,21 @@ struct Group {
     bytes: u64,
     /// Fencing tokens drawn from the sequence for the group's grants.
     tokens: Vec<i64>,
+    /// Records and pieces of the group's appends, inserted together.
+    pending: Pending<'a>,
 }
 
 /// The database's `now()` in milliseconds since the epoch.
 const DB_NOW: &str = "(extract(epoch FROM now()) * 1000)::bigint";
 
-impl Group {
+impl<'a> Group<'a> {
     /// Creates the rows of trees being acquired and locks the rows of every
     /// tree the group touches, in tree-id order.
     async fn lock(
         tx: &impl GenericClient,
-        group: &[Write],
+        group: &'a [Write],
         settings: &Settings,
-    ) -> Result<Group, Failure> {
+    ) -> Result<Group<'a>, Failure> {
         let mut touched = BTreeSet::new();
         let mut acquired = BTreeSet::new();
         for write in group {
@@ -395,6 +398,7 @@ impl Group {
             notices: BTreeSet::new(),
             bytes: 0,
             tokens,
+            pending: Pending::default(),
         })
     }
 
@@ -410,7 +414,7 @@ impl Group {
     async fn execute(
         &mut self,
         tx: &impl GenericClient,
-        write: &Write,
+        write: &'a Write,
     ) -> Result<Written, Failure> {
         Ok(match write {
             Write::Acquire(request, _) => self.acquire(request)?,
@@ -486,7 +490,7 @@ impl Group {
     async fn append(
         &mut self,
         tx: &impl GenericClient,
-        append: &Append,
+        append: &'a Append,
     ) -> Result<AppendOutcome, Failure> {
         let Some(row) = self.row(append.tree)? else {
             return Ok(AppendOutcome::Fenced);
@@ -504,6 +508,7 @@ impl Group {
                     // An identical retry of an acknowledged append is a
                     // duplicate; anything else at a committed sequence
                     // conflicts.
+                    self.insert_pending(tx).await?;
                     return Ok(if duplicate(tx, key, append).await? {
                         AppendOutcome::Duplicate
                     } else {
@@ -513,7 +518,7 @@ impl Group {
                 if expected > head || first.prev != head_hash {
                     return Ok(AppendOutcome::Conflict { head });
                 }
-                self.insert_records(tx, key, append).await?;
+                self.pending.records(key, append);
                 Some((last.seq, last.hash))
             }
             _ => None,
@@ -534,38 +539,11 @@ impl Group {
         Ok(AppendOutcome::Committed)
     }
 
-    /// Stores the records of an append, their large bodies as pieces.
-    async fn insert_records(
-        &mut self,
-        tx: &impl GenericClient,
-        key: i64,
-        append: &Append,
-    ) -> Result<(), Failure> {
-        let mut pieces = Pieces::default();
-        let mut seqs = Vec::with_capacity(append.records.len());
-        let mut kinds = Vec::with_capacity(append.records.len());
-        let mut prevs = Vec::with_capacity(append.records.len());
-        let mut hashes = Vec::with_capacity(append.records.len());
-        let mut bodies = Vec::with_capacity(append.records.len());
-        let mut manifests = Vec::with_capacity(append.records.len());
-        for record in &append.records {
-            let (body, manifest) = pieces.encode(&record.body);
-            seqs.push(int(record.seq));
-            kinds.push(record.kind.as_str());
-            prevs.push(&record.prev.as_bytes()[..]);
-            hashes.push(&record.hash.as_bytes()[..]);
-            bodies.push(body);
-            manifests.push(manifest);
-        }
-        self.bytes += pieces.store(tx, key).await?;
-        execute(
-            tx,
-            "INSERT INTO baton_records (tree, seq, kind, prev, hash, body, chunks)
-             SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::bytea[], $5::bytea[],
-                                      $6::bytea[], $7::bytea[])",
-            &[&key, &seqs, &kinds, &prevs, &hashes, &bodies, &manifests],
-        )
-        .await?;
+    /// Inserts the records and pieces the group's appends left pending, in
+    /// one statement each.
+    async fn insert_pending(&mut self, tx: &impl GenericClient) -> Result<(), Failure> {
+        let pending = std::mem::take(&mut self.pending);
+        self.bytes += pending.insert(tx).await?;
         Ok(())
     }
 
@@ -585,6 +563,8 @@ impl Group {
             return Ok(AppendOutcome::Fenced);
         }
         let (key, head, head_hash) = (row.key, row.head_seq, row.head_hash);
+        // It reads and deletes records: those of this group go in first.
+        self.insert_pending(tx).await?;
         let previous = query_opt(
             tx,
             "SELECT seq, head FROM baton_snapshots WHERE tree = $1",
@@ -800,6 +780,95 @@ impl RowColumns {
         self.last_tokens.push(row.last_token);
         self.head_seqs.push(int(row.head_seq));
         self.head_hashes.push(row.head_hash.as_bytes().to_vec());
+    }
+}
+
+/// The records of a group's appends and the pieces of their large bodies
+/// (each once per tree), as columns to insert in one statement each.
+#[derive(Default)]
+struct Pending<'a> {
+    pieces: BTreeMap<(i64, [u8; DIGEST_LEN]), &'a [u8]>,
+    trees: Vec<i64>,
+    seqs: Vec<i64>,
+    kinds: Vec<&'static str>,
+    prevs: Vec<&'a [u8]>,
+    hashes: Vec<&'a [u8]>,
+    bodies: Vec<Option<&'a [u8]>>,
+    manifests: Vec<Option<Vec<u8>>>,
+    /// Bytes of inline bodies and manifests.
+    bytes: u64,
+}
+
+impl<'a> Pending<'a> {
+    /// Keeps the records of `append` (to tree `key`) to insert.
+    fn records(&mut self, key: i64, append: &'a Append) {
+        for record in &append.records {
+            let (body, manifest) = if record.body.len() <= chunk::INLINE_MAX {
+                self.bytes += record.body.len() as u64;
+                (Some(&record.body[..]), None)
+            } else {
+                let digests: Vec<[u8; DIGEST_LEN]> = chunk::split(&record.body)
+                    .into_iter()
+                    .map(|piece| {
+                        let digest = chunk::digest(piece);
+                        self.pieces.insert((key, digest), piece);
+                        digest
+                    })
+                    .collect();
+                let manifest = chunk::manifest(&digests);
+                self.bytes += manifest.len() as u64;
+                (None, Some(manifest))
+            };
+            self.trees.push(key);
+            self.seqs.push(int(record.seq));
+            self.kinds.push(record.kind.as_str());
+            self.prevs.push(&record.prev.as_bytes()[..]);
+            self.hashes.push(&record.hash.as_bytes()[..]);
+            self.bodies.push(body);
+            self.manifests.push(manifest);
+        }
+    }
+
+    /// Inserts the pieces the trees do not have yet, then the records; the
+    /// payload bytes stored (inline bodies, manifests and new pieces).
+    async fn insert(self, tx: &impl GenericClient) -> Result<u64, Failure> {
+        let mut stored = self.bytes;
+        if !self.pieces.is_empty() {
+            let trees: Vec<i64> = self.pieces.keys().map(|(key, _)| *key).collect();
+            let digests: Vec<&[u8]> = self.pieces.keys().map(|(_, digest)| &digest[..]).collect();
+            let bytes: Vec<&[u8]> = self.pieces.values().copied().collect();
+            let inserted = query(
+                tx,
+                "INSERT INTO baton_chunks (tree, digest, bytes)
+                 SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::bytea[])
+                 ON CONFLICT (tree, digest) DO NOTHING
+                 RETURNING length(bytes)::bigint",
+                &[&trees, &digests, &bytes],
+            )
+            .await?;
+            for row in &inserted {
+                stored += uint(column(row, 0)?)?;
+            }
+        }
+        if !self.trees.is_empty() {
+            execute(
+                tx,
+                "INSERT INTO baton_records (tree, seq, kind, prev, hash, body, chunks)
+                 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bytea[],
+                                      $5::bytea[], $6::bytea[], $7::bytea[])",
+                &[
+                    &self.trees,
+                    &self.seqs,
+                    &self.kinds,
+                    &self.prevs,
+                    &self.hashes,
+                    &self.bodies,
+                    &self.manifests,
+                ],
+            )
+            .await?;
+        }
+        Ok(stored)
     }
 }
 
