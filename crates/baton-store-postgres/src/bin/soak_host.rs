@@ -20,7 +20,7 @@
 //!
 //! Output, one line each: `E <tree>` per committed event (the progress
 //! markers), `RECOVER-ERROR <tree> <error>` for a failure other than a lease
-//! held by a live host, and `DONE` at the end.
+//! held by a live host (or a takeover by one), and `DONE` at the end.
 
 use std::error::Error;
 use std::fs::{File, OpenOptions};
@@ -37,7 +37,8 @@ use baton_run::program::{
 use baton_run::store::{ListFilter, Store, TreeStatus};
 use baton_run::{
     BoxFuture, Budget, Capabilities, ChildKey, Digest, Engine, EngineConfig, EventKind, Payload,
-    Program, RecoverOptions, Settlement, StartError, StartId, StartRequest, TreeError,
+    Program, RecoverOptions, RuntimeError, Settlement, StartError, StartId, StartRequest,
+    TreeError,
 };
 use baton_store_postgres::{Creation, PostgresConfig, PostgresStore};
 use serde_json::{Value, json};
@@ -246,7 +247,10 @@ fn say(line: &str) {
 async fn take_up(engine: &Engine) -> Result<(), Box<dyn Error>> {
     for (tree, result) in engine.recover(RecoverOptions::default()).await? {
         match result {
-            Ok(()) | Err(TreeError::LeaseHeld { .. }) => {}
+            // Held by a live host, or taken over by one meanwhile.
+            Ok(())
+            | Err(TreeError::LeaseHeld { .. } | TreeError::Stopped(RuntimeError::Fenced { .. })) => {
+            }
             Err(error) => say(&format!("RECOVER-ERROR {tree} {error}")),
         }
     }
@@ -311,7 +315,17 @@ async fn main() -> Result<(), Box<dyn Error>> {
             .start(&root, StartRequest::new(id, Payload::encode(&n)?))
             .await
         {
-            Ok(_) | Err(StartError::LeaseHeld { .. }) => {}
+            // Another host runs the tree: it took it up first, or took it
+            // over from this one (two hosts that both find a writer gone
+            // both force its lease; the later grant fences the earlier).
+            Ok(_)
+            | Err(
+                StartError::LeaseHeld { .. }
+                | StartError::Fenced { .. }
+                | StartError::Tree(
+                    TreeError::LeaseHeld { .. } | TreeError::Stopped(RuntimeError::Fenced { .. }),
+                ),
+            ) => {}
             Err(error) => return Err(error.into()),
         }
     }
