@@ -330,6 +330,35 @@ fn now() -> std::time::SystemTime {
     UNIX_EPOCH + Duration::from_millis(SystemClock.now().millis())
 }
 
+/// Drives [`fold_events`] over `bytes` cut into two chunks at `cut`, for the
+/// fuzz tests of the providers' stream decoders: the chunks are always
+/// ready, so one poll finishes it.
+#[cfg(test)]
+pub(crate) fn fold_bytes(
+    bytes: &[u8],
+    cut: usize,
+    on_event: impl FnMut(&Event) -> Result<ControlFlow<()>, ModelError>,
+) -> Result<(), ModelError> {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    let cut = cut.min(bytes.len());
+    let chunks = futures_util::stream::iter([
+        Ok::<_, ModelError>(bytes[..cut].to_vec()),
+        Ok(bytes[cut..].to_vec()),
+    ]);
+    let mut fold = std::pin::pin!(fold_events(chunks, on_event));
+    match fold.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(result) => result,
+        Poll::Pending => panic!("ready chunks left the event fold pending"),
+    }
+}
+
+/// Whether `error` is one of the classified failures a decoder may report.
+#[cfg(test)]
+pub(crate) fn is_decoder_failure(error: &ModelError) -> bool {
+    error.code().starts_with("chat.provider.")
+}
+
 #[cfg(test)]
 mod tests {
     use reqwest::header::{HeaderName, HeaderValue};
@@ -421,33 +450,4 @@ mod tests {
         assert_eq!(of("rate_limit_error"), "chat.provider.rate_limited");
         assert_eq!(of("invalid_request_error"), "chat.provider.refused");
     }
-}
-
-/// Drives [`fold_events`] over `bytes` cut into two chunks at `cut`, for the
-/// fuzz tests of the providers' stream decoders: the chunks are always
-/// ready, so one poll finishes it.
-#[cfg(test)]
-pub(crate) fn fold_bytes(
-    bytes: &[u8],
-    cut: usize,
-    on_event: impl FnMut(&Event) -> Result<ControlFlow<()>, ModelError>,
-) -> Result<(), ModelError> {
-    use std::future::Future;
-    use std::task::{Context, Poll, Waker};
-    let cut = cut.min(bytes.len());
-    let chunks = futures_util::stream::iter([
-        Ok::<_, ModelError>(bytes[..cut].to_vec()),
-        Ok(bytes[cut..].to_vec()),
-    ]);
-    let mut fold = std::pin::pin!(fold_events(chunks, on_event));
-    match fold.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(result) => result,
-        Poll::Pending => panic!("ready chunks left the event fold pending"),
-    }
-}
-
-/// Whether `error` is one of the classified failures a decoder may report.
-#[cfg(test)]
-pub(crate) fn is_decoder_failure(error: &ModelError) -> bool {
-    error.code().starts_with("chat.provider.")
 }
