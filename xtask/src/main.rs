@@ -145,6 +145,8 @@ fn long_tests(root: &Path, tests: LongTests, args: &[String]) -> Result<ExitCode
             "run",
             "--release",
             "--locked",
+            "--profile",
+            "long",
             "--workspace",
             "--no-fail-fast",
             "--success-output",

@@ -732,3 +732,63 @@ impl ChatModel for AnthropicModel {
         })
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    //! Fuzzing of what a server sends: whole messages and event streams,
+    //! random or mutated from valid ones, are decoded or refused with a
+    //! classified failure, never a panic.
+
+    use baton_testkit::fuzz;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn messages() -> Vec<Vec<u8>> {
+        vec![
+            br#"{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"thinking","thinking":"hm","signature":"s"},{"type":"text","text":"hi"},{"type":"tool_use","id":"t","name":"add","input":{"a":1}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":11,"output_tokens":3,"cache_read_input_tokens":2}}"#.to_vec(),
+            br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#.to_vec(),
+        ]
+    }
+
+    fn streams() -> Vec<Vec<u8>> {
+        vec![
+            b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"m\",\"stop_reason\":null,\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\nevent: ping\ndata: {\"type\":\"ping\"}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\nevent: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"add\",\"input\":{}}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"a\\\":1}\"}}\n\nevent: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":7}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n".to_vec(),
+            b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n".to_vec(),
+        ]
+    }
+
+    fn state() -> StreamState {
+        StreamState {
+            output: Output::None,
+            blocks: BTreeMap::new(),
+            started: None,
+            output_tokens: None,
+            stop: None,
+            done: false,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(fuzz::config())]
+
+        /// A whole message's body: a response, or a classified failure.
+        #[test]
+        fn fuzz_anthropic_messages(body in fuzz::bytes(messages())) {
+            if let Err(error) = parse_message(&body, Output::None) {
+                prop_assert!(http::is_decoder_failure(&error), "{error:?}");
+            }
+        }
+
+        /// A streamed message's bytes, cut anywhere into two chunks: a
+        /// response, or a classified failure.
+        #[test]
+        fn fuzz_anthropic_streams(body in fuzz::bytes(streams()), cut in 0usize..1500) {
+            let mut state = state();
+            let folded = http::fold_bytes(&body, cut, |event| state.event(&event.data, &|_| {}));
+            if let Err(error) = folded.and_then(|()| state.finish()) {
+                prop_assert!(http::is_decoder_failure(&error), "{error:?}");
+            }
+        }
+    }
+}

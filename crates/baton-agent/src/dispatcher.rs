@@ -71,7 +71,14 @@ impl Dispatcher for ModelDispatcher {
             };
             let response = match result {
                 Ok(response) => response,
-                Err(error) => return Settlement::failed(error.failure()),
+                // The provider's classification (definite or uncertain, and
+                // the delay it asked for) is what the call's retry policy reads.
+                Err(error) => {
+                    return match error.retry() {
+                        Some(hint) => Settlement::failed_retryable(error.failure(), hint),
+                        None => Settlement::failed(error.failure()),
+                    };
+                }
             };
             let output = match Payload::encode(&response) {
                 Ok(output) if output.len() <= limit => output,

@@ -240,7 +240,7 @@ pub(crate) async fn read_limited(
 pub(crate) async fn read_events(
     response: reqwest::Response,
     limit: usize,
-    mut on_event: impl FnMut(&Event) -> Result<ControlFlow<()>, ModelError>,
+    on_event: impl FnMut(&Event) -> Result<ControlFlow<()>, ModelError>,
 ) -> Result<(), ModelError> {
     let chunks = futures_util::stream::try_unfold(
         (response, 0usize),
@@ -258,6 +258,15 @@ pub(crate) async fn read_events(
             }
         },
     );
+    fold_events(chunks, on_event).await
+}
+
+/// Feeds the server-sent events parsed from `chunks` to `on_event` until it
+/// breaks or the chunks end (the byte-level half of [`read_events`]).
+pub(crate) async fn fold_events<B: AsRef<[u8]>>(
+    chunks: impl futures_util::Stream<Item = Result<B, ModelError>>,
+    mut on_event: impl FnMut(&Event) -> Result<ControlFlow<()>, ModelError>,
+) -> Result<(), ModelError> {
     let mut events = std::pin::pin!(EventStream::new(chunks));
     while let Some(event) = events.next().await {
         let event = event.map_err(|error| match error {
@@ -319,6 +328,35 @@ impl Assembly {
 #[cfg(test)]
 fn now() -> std::time::SystemTime {
     UNIX_EPOCH + Duration::from_millis(SystemClock.now().millis())
+}
+
+/// Drives [`fold_events`] over `bytes` cut into two chunks at `cut`, for the
+/// fuzz tests of the providers' stream decoders: the chunks are always
+/// ready, so one poll finishes it.
+#[cfg(test)]
+pub(crate) fn fold_bytes(
+    bytes: &[u8],
+    cut: usize,
+    on_event: impl FnMut(&Event) -> Result<ControlFlow<()>, ModelError>,
+) -> Result<(), ModelError> {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    let cut = cut.min(bytes.len());
+    let chunks = futures_util::stream::iter([
+        Ok::<_, ModelError>(bytes[..cut].to_vec()),
+        Ok(bytes[cut..].to_vec()),
+    ]);
+    let mut fold = std::pin::pin!(fold_events(chunks, on_event));
+    match fold.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(result) => result,
+        Poll::Pending => panic!("ready chunks left the event fold pending"),
+    }
+}
+
+/// Whether `error` is one of the classified failures a decoder may report.
+#[cfg(test)]
+pub(crate) fn is_decoder_failure(error: &ModelError) -> bool {
+    error.code().starts_with("chat.provider.")
 }
 
 #[cfg(test)]

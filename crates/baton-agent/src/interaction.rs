@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
+use baton_run::dispatch::RetryPolicy;
 use baton_run::program::{
     Boundary, Condition, Definition, Descriptor, DescriptorError, Effect, Execution,
     ExecutionState, Grant, ProgramConfig, Schema, Signal, SignalBody, StepError, Transition,
@@ -122,6 +124,17 @@ pub struct Config {
     pub validator: Option<Validator>,
     /// Largest encoded response accepted (see [`DEFAULT_MAX_RESPONSE_BYTES`]).
     pub max_response_bytes: usize,
+    /// How the kernel tries a model call again after a failure the
+    /// provider classified as retryable (a 429 or a 5xx, honouring
+    /// `Retry-After`; a timeout or a lost stream parks as unknown, since a
+    /// model call is never sent again on its own): [`default_model_retry`].
+    pub model_retry: RetryPolicy,
+}
+
+/// The retry policy of model calls unless configured: four attempts in
+/// all, backing off from one second to at most a minute.
+pub fn default_model_retry() -> RetryPolicy {
+    RetryPolicy::exponential(4, Duration::from_secs(1), Duration::from_secs(60))
 }
 
 impl Config {
@@ -150,6 +163,7 @@ impl Config {
             tool_choice: ToolChoice::Auto,
             validator: None,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            model_retry: default_model_retry(),
         }
     }
 }
@@ -244,6 +258,7 @@ struct Digested<'a> {
     tools: Vec<DigestedTool<'a>>,
     validator: bool,
     max_response_bytes: usize,
+    model_retry: RetryPolicy,
 }
 
 #[derive(Serialize)]
@@ -327,6 +342,7 @@ impl Interaction {
                 .collect(),
             validator: config.validator.is_some(),
             max_response_bytes: config.max_response_bytes,
+            model_retry: config.model_retry,
         };
         let configuration =
             configuration_digest(&digested).map_err(|e| ConfigError::Encode(e.to_string()))?;
@@ -585,6 +601,7 @@ impl Run {
             effects: vec![Effect::Dispatch {
                 request,
                 reserve: reservation(input, max_tokens, self.inner.price.as_ref()),
+                retry: self.inner.config.model_retry,
             }],
         })
     }

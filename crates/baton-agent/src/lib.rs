@@ -72,7 +72,7 @@ pub use dispatcher::ModelDispatcher;
 pub use interaction::{
     Config as InteractionConfig, ConfigError as InteractionConfigError,
     DEFAULT_MAX_CONCURRENT_TOOL_CALLS, DEFAULT_MAX_RESPONSE_BYTES, Input as InteractionInput,
-    Interaction, ModelCall, Output as InteractionOutput, Steering, Validator,
+    Interaction, ModelCall, Output as InteractionOutput, Steering, Validator, default_model_retry,
 };
 pub use model::{ChatModel, Delta, DeltaFn, ModelError, ModelIdentity};
 pub use output::OutputError;

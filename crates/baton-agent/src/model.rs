@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
+use baton_run::dispatch::RetryHint;
 use baton_run::{BoxFuture, Failure, FailureKind};
-use baton_workflow::RetryHint;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

@@ -672,3 +672,52 @@ impl ChatModel for OpenAiModel {
         })
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    //! Fuzzing of what a server sends: whole answers and event streams,
+    //! random or mutated from valid ones, are decoded or refused with a
+    //! classified failure, never a panic.
+
+    use baton_testkit::fuzz;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn answers() -> Vec<Vec<u8>> {
+        vec![
+            br#"{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi","tool_calls":[{"id":"t","type":"function","function":{"name":"add","arguments":"{\"a\":1}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":11,"completion_tokens":3,"total_tokens":14,"completion_tokens_details":{"reasoning_tokens":1}}}"#.to_vec(),
+            br#"{"error":{"message":"slow down","type":"rate_limit_error","code":"rate_limit_exceeded"}}"#.to_vec(),
+        ]
+    }
+
+    fn streams() -> Vec<Vec<u8>> {
+        vec![
+            b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"he\"},\"finish_reason\":null}]}\n\n: comment\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"t\",\"function\":{\"name\":\"add\",\"arguments\":\"{\\\"a\\\"\"}}]},\"finish_reason\":null}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":1,\"total_tokens\":3}}\n\ndata: [DONE]\n\n".to_vec(),
+            b"data: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\"}}\n\n".to_vec(),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(fuzz::config())]
+
+        /// A whole answer's body: a response, or a classified failure.
+        #[test]
+        fn fuzz_openai_answers(body in fuzz::bytes(answers())) {
+            if let Err(error) = parse_completion(&body) {
+                prop_assert!(http::is_decoder_failure(&error), "{error:?}");
+            }
+        }
+
+        /// A streamed answer's bytes, cut anywhere into two chunks: a
+        /// response, or a classified failure.
+        #[test]
+        fn fuzz_openai_streams(body in fuzz::bytes(streams()), cut in 0usize..600) {
+            let mut state = StreamState::default();
+            let folded = http::fold_bytes(&body, cut, |event| state.event(&event.data, &|_| {}));
+            if let Err(error) = folded.and_then(|()| state.finish()) {
+                prop_assert!(http::is_decoder_failure(&error), "{error:?}");
+            }
+        }
+    }
+}

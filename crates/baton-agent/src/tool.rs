@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use baton_run::dispatch::ReplayPolicy;
+use baton_run::dispatch::{ReplayPolicy, RetryPolicy};
 use baton_run::{Budget, Capabilities, Meters, Program, Quota};
 use baton_workflow::{Activity, ActivityConfig, ActivityContext, ActivityError, Approval};
 use schemars::JsonSchema;
@@ -120,6 +120,9 @@ pub struct ToolConfig {
     pub capabilities: Capabilities,
     /// Meter usage charged before each call (its worst case).
     pub reserve: Meters,
+    /// How the kernel tries a failed call again (see
+    /// `ActivityConfig::retry`); none by default.
+    pub retry: RetryPolicy,
 }
 
 impl ToolConfig {
@@ -138,6 +141,7 @@ impl ToolConfig {
             budget: DEFAULT_TOOL_BUDGET,
             capabilities: Capabilities::none(),
             reserve: Meters::new(),
+            retry: defaults.retry,
         }
     }
 }
@@ -193,6 +197,7 @@ impl Tool {
                 approval: config.approval,
                 reserve: config.reserve,
                 requires: config.capabilities.clone(),
+                retry: config.retry,
             },
             function,
         )

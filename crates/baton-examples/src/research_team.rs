@@ -32,13 +32,14 @@ use baton::agent::{
     ToolConfig, ToolContext, ToolError, Usage,
 };
 use baton::run::dispatch::ReplayPolicy;
+use baton::run::dispatch::RetryHint;
 use baton::run::program::Schema;
 use baton::run::{
     Budget, ChildKey, Engine, EngineConfig, MemoryStore, Name, Payload, Program, Quota, StartId,
     StartRequest, Visibility,
 };
 use baton::team::{Binding, Config, Decision, Mode, TaskRequest, Turn};
-use baton::workflow::{RetryHint, TransformError};
+use baton::workflow::TransformError;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -97,9 +97,14 @@ pub mod program {
 /// The seam for effects that reach the outside world: a program's
 /// [`Dispatcher`](crate::dispatch::Dispatcher) carries out its `Dispatch`
 /// effects, told by its [`ReplayPolicy`](crate::dispatch::ReplayPolicy)
-/// whether an effect may be sent again after a crash.
+/// whether an effect may be sent again after a crash; a failure it
+/// classifies with a [`RetryHint`](crate::dispatch::RetryHint) is tried
+/// again as the effect's [`RetryPolicy`](crate::dispatch::RetryPolicy) says.
 pub mod dispatch {
-    pub use crate::protocol::{Cancellation, DeltaSink, DispatchCall, Dispatcher, ReplayPolicy};
+    pub use crate::protocol::{
+        Cancellation, Certainty, DeltaSink, DispatchCall, Dispatcher, ReplayPolicy, RetryHint,
+        RetryPolicy,
+    };
 }
 
 /// The storage contract: a [`Store`](crate::store::Store) persists many

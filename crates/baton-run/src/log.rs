@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::budget::{Budget, Capabilities, TreeLimits};
+use crate::budget::{Budget, Capabilities, Meters, TreeLimits};
 use crate::clock::Timestamp;
 use crate::digest::{Digest, Purpose};
-use crate::failure::{Cause, Termination};
+use crate::failure::{Cause, Failure, Termination};
 use crate::ids::{ChildKey, EffectId, ProcessId, StartId};
 use crate::payload::Payload;
 use crate::protocol::{ExecutionState, ProgramRef, Settlement, Signal, Transition};
@@ -43,11 +43,14 @@ pub enum RecordKind {
     ChildStarted,
     /// A control reached a child together with its parent's receipt.
     ControlDelivered,
+    /// An attempt of a dispatch failed and its retry policy tries it again
+    /// after a backoff.
+    EffectRetrying,
 }
 
 impl RecordKind {
     /// Every kind, in declaration order.
-    pub const ALL: [RecordKind; 11] = [
+    pub const ALL: [RecordKind; 12] = [
         RecordKind::TreeStarted,
         RecordKind::StepAdopted,
         RecordKind::EffectPending,
@@ -59,6 +62,7 @@ impl RecordKind {
         RecordKind::Terminated,
         RecordKind::ChildStarted,
         RecordKind::ControlDelivered,
+        RecordKind::EffectRetrying,
     ];
 
     /// The snake_case name.
@@ -75,6 +79,7 @@ impl RecordKind {
             RecordKind::Terminated => "terminated",
             RecordKind::ChildStarted => "child_started",
             RecordKind::ControlDelivered => "control_delivered",
+            RecordKind::EffectRetrying => "effect_retrying",
         }
     }
 }
@@ -132,6 +137,21 @@ pub enum RecordBody {
         process: ProcessId,
         /// The effect.
         effect: EffectId,
+    },
+    /// An attempt of a pending dispatch failed, and its retry policy tries
+    /// it again once `at` has passed (a durable timer).
+    EffectRetrying {
+        /// The process.
+        process: ProcessId,
+        /// The effect.
+        effect: EffectId,
+        /// Why the attempt failed.
+        failure: Failure,
+        /// The failed attempt's meter usage.
+        #[serde(default, skip_serializing_if = "Meters::is_empty")]
+        usage: Meters,
+        /// When the next attempt may start (engine clock).
+        at: Timestamp,
     },
     /// An effect settled.
     EffectSettled {
@@ -253,6 +273,7 @@ impl RecordBody {
             RecordBody::Terminated { .. } => RecordKind::Terminated,
             RecordBody::ChildStarted { .. } => RecordKind::ChildStarted,
             RecordBody::ControlDelivered { .. } => RecordKind::ControlDelivered,
+            RecordBody::EffectRetrying { .. } => RecordKind::EffectRetrying,
         }
     }
 }

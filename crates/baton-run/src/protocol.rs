@@ -6,6 +6,7 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -139,9 +140,12 @@ pub enum Effect {
     Dispatch {
         /// The frozen request.
         request: Payload,
-        /// Worst-case meter usage.
+        /// Worst-case meter usage (of each attempt).
         #[serde(default, skip_serializing_if = "Meters::is_empty")]
         reserve: Meters,
+        /// How failed attempts are tried again; none by default.
+        #[serde(default, skip_serializing_if = "RetryPolicy::is_none")]
+        retry: RetryPolicy,
     },
     /// Starts a child of one of the definition's declared programs. The
     /// budget is debited from the parent for good; the capabilities must be
@@ -271,11 +275,12 @@ pub struct ChildOutcome {
 }
 
 impl Effect {
-    /// A dispatch with no meter reservation.
+    /// A dispatch with no meter reservation and no retries.
     pub fn dispatch(request: Payload) -> Effect {
         Effect::Dispatch {
             request,
             reserve: Meters::new(),
+            retry: RetryPolicy::none(),
         }
     }
 
@@ -311,6 +316,10 @@ pub enum Settlement {
         /// Actual meter usage.
         #[serde(default, skip_serializing_if = "Meters::is_empty")]
         usage: Meters,
+        /// Whether another attempt may succeed, and how long the other side
+        /// asked to wait: what a dispatch's [`RetryPolicy`] reads.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry: Option<RetryHint>,
     },
     /// Its outcome is not known (e.g. lost in a crash); the host must resolve it.
     Unknown {
@@ -333,6 +342,16 @@ impl Settlement {
         Settlement::Failed {
             failure,
             usage: Meters::new(),
+            retry: None,
+        }
+    }
+
+    /// A failure that another attempt may fix, as `retry` says.
+    pub fn failed_retryable(failure: Failure, retry: RetryHint) -> Settlement {
+        Settlement::Failed {
+            failure,
+            usage: Meters::new(),
+            retry: Some(retry),
         }
     }
 
@@ -501,12 +520,169 @@ pub struct DispatchCall {
     pub request: Payload,
     /// The meter reservation already charged.
     pub reserve: Meters,
+    /// Which attempt this is: 1 for the first, more when a retry policy
+    /// tries a failed one again (always under the same `effect`).
+    pub attempt: u32,
     /// Progress sink.
     pub deltas: DeltaSink,
     /// Cancellation requested by the host or a parent.
     pub cancel: Cancellation,
     /// The engine's clock (the only source of time for dispatchers).
     pub clock: Arc<dyn Clock>,
+}
+
+/// Whether a failed attempt may have had its effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Certainty {
+    /// It certainly did not (refused before doing anything: a 429, a 5xx,
+    /// a connection refused before sending): another attempt is safe under
+    /// any replay policy.
+    Definite,
+    /// It may have (a timeout after sending, a connection lost mid-answer):
+    /// another attempt is safe only for a `SameIdentity` dispatcher.
+    Uncertain,
+}
+
+/// A classified failure's advice about trying again: only failures that a
+/// later attempt may fix carry one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryHint {
+    /// Whether the failed attempt may have had its effect.
+    pub certainty: Certainty,
+    /// How long the other side asked to be left alone (`Retry-After`), if
+    /// it said.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "after_ms",
+        with = "optional_millis"
+    )]
+    pub after: Option<Duration>,
+}
+
+impl RetryHint {
+    /// A definite failure, with the delay the other side asked for.
+    pub fn definite(after: Option<Duration>) -> RetryHint {
+        RetryHint {
+            certainty: Certainty::Definite,
+            after,
+        }
+    }
+
+    /// An uncertain failure.
+    pub fn uncertain() -> RetryHint {
+        RetryHint {
+            certainty: Certainty::Uncertain,
+            after: None,
+        }
+    }
+}
+
+impl fmt::Display for RetryHint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.certainty {
+            Certainty::Definite => f.write_str("retryable (definite)")?,
+            Certainty::Uncertain => f.write_str("retryable if idempotent (uncertain)")?,
+        }
+        if let Some(after) = self.after {
+            write!(f, ", retry after {}ms", after.as_millis())?;
+        }
+        Ok(())
+    }
+}
+
+/// Durations as whole milliseconds on the wire.
+mod optional_millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Option<Duration>, out: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(duration) => {
+                out.serialize_u64(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+            }
+            None => out.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(input: D) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(input)?.map(Duration::from_millis))
+    }
+}
+
+/// How the kernel tries a failed dispatch again: a durable policy carried
+/// by the effect itself. An attempt that fails with a [`RetryHint`] is
+/// tried again, under the same effect id, after a backoff: the delay
+/// doubles from `initial_delay_ms` up to `max_delay_ms`, shortened by up to
+/// half by a jitter derived from the effect id (so it is the same after a
+/// recovery), and never shorter than the `Retry-After` the failure asked
+/// for. A definite failure is retried under any replay policy; an
+/// uncertain one only when the dispatcher replays `SameIdentity` (under
+/// `Never`, while attempts are left, it settles unknown instead, for the
+/// host to resolve; the last attempt's failure is the settlement). Each attempt and
+/// each backoff is a fact in the log, a backoff is a durable timer, and
+/// each attempt's meter reservation is charged before it starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included; 1 never tries again.
+    pub attempts: u32,
+    /// The backoff before the second attempt, in milliseconds.
+    #[serde(default)]
+    pub initial_delay_ms: u64,
+    /// The longest computed backoff, in milliseconds.
+    #[serde(default)]
+    pub max_delay_ms: u64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> RetryPolicy {
+        RetryPolicy::none()
+    }
+}
+
+impl RetryPolicy {
+    /// No retries: one attempt.
+    pub const fn none() -> RetryPolicy {
+        RetryPolicy {
+            attempts: 1,
+            initial_delay_ms: 0,
+            max_delay_ms: 0,
+        }
+    }
+
+    /// Up to `attempts` attempts with exponential backoff from `initial`,
+    /// each delay at most `max`.
+    pub fn exponential(attempts: u32, initial: Duration, max: Duration) -> RetryPolicy {
+        let millis = |duration: Duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+        RetryPolicy {
+            attempts,
+            initial_delay_ms: millis(initial),
+            max_delay_ms: millis(max),
+        }
+    }
+
+    /// Whether this policy never tries again.
+    pub fn is_none(&self) -> bool {
+        self.attempts <= 1
+    }
+
+    /// Why the policy cannot be followed, if it cannot.
+    pub fn problem(&self) -> Option<String> {
+        if self.attempts == 0 {
+            return Some("a retry policy needs at least one attempt".into());
+        }
+        if self.initial_delay_ms > self.max_delay_ms {
+            return Some(format!(
+                "a retry policy's initial delay ({} ms) exceeds its maximum ({} ms)",
+                self.initial_delay_ms, self.max_delay_ms
+            ));
+        }
+        None
+    }
 }
 
 /// Executes opaque effects (model calls, timers, tools with side effects).

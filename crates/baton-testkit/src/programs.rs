@@ -133,6 +133,7 @@ impl Execution for TestExecution {
                     effects: vec![Effect::Dispatch {
                         request: Payload::encode(&json!({ "tokens": tokens }))?,
                         reserve,
+                        retry: baton_run::dispatch::RetryPolicy::none(),
                     }],
                 })
             }

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_run::dispatch::{Cancellation, DeltaSink, DispatchCall, Dispatcher, ReplayPolicy};
+use baton_run::dispatch::{RetryHint, RetryPolicy};
 use baton_run::program::{
     Definition, Descriptor, Effect, Execution, ExecutionState, ProgramConfig, Schema, Signal,
     SignalBody, StepError, Transition, configuration_digest, implementation_digest,
@@ -47,61 +48,6 @@ pub const ACTIVITY_INVALID: &str = "workflow.activity.invalid";
 /// Failure code of a call a person denied (kind `execution`); the message
 /// is the person's reason.
 pub const ACTIVITY_DENIED: &str = "workflow.activity.denied";
-
-/// Whether a failed attempt may have had its effect.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Certainty {
-    /// The other side definitely did not do the work: it answered with an
-    /// error (a 429 or a 5xx), or nothing was sent (a refused connection).
-    /// Trying again cannot repeat an effect.
-    Definite,
-    /// The work may have happened: the request was sent and the answer was
-    /// lost (a timeout after sending, a connection cut mid-answer). Trying
-    /// again is safe only for idempotent work (`ReplayPolicy::SameIdentity`).
-    Uncertain,
-}
-
-/// A classified failure's advice about trying again: only failures that a
-/// later attempt may fix carry one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct RetryHint {
-    /// Whether the failed attempt may have had its effect.
-    pub certainty: Certainty,
-    /// How long the other side asked to be left alone (`Retry-After`), if it said.
-    pub after: Option<Duration>,
-}
-
-impl RetryHint {
-    /// A definite failure, with the delay the other side asked for.
-    pub fn definite(after: Option<Duration>) -> RetryHint {
-        RetryHint {
-            certainty: Certainty::Definite,
-            after,
-        }
-    }
-
-    /// An uncertain failure.
-    pub fn uncertain() -> RetryHint {
-        RetryHint {
-            certainty: Certainty::Uncertain,
-            after: None,
-        }
-    }
-}
-
-impl std::fmt::Display for RetryHint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.certainty {
-            Certainty::Definite => f.write_str("retryable (definite)")?,
-            Certainty::Uncertain => f.write_str("retryable if idempotent (uncertain)")?,
-        }
-        if let Some(after) = self.after {
-            write!(f, ", retry after {}ms", after.as_millis())?;
-        }
-        Ok(())
-    }
-}
 
 /// Why an activity's function did not produce an output: a classified
 /// [`Failure`] (kind `external` and code `workflow.activity.failed` unless
@@ -258,6 +204,9 @@ pub struct ActivityConfig {
     pub reserve: Meters,
     /// Capabilities a process needs to run the function.
     pub requires: Capabilities,
+    /// How a call that fails with a [`RetryHint`] is tried again by the
+    /// kernel (durably, with backoff); none by default.
+    pub retry: RetryPolicy,
 }
 
 impl ActivityConfig {
@@ -273,6 +222,7 @@ impl ActivityConfig {
             approval: Approval::NotRequired,
             reserve: Meters::new(),
             requires: Capabilities::none(),
+            retry: RetryPolicy::none(),
         }
     }
 }
@@ -325,6 +275,8 @@ struct Digested<'a> {
     approval: Approval,
     reserve: &'a Meters,
     requires: &'a Capabilities,
+    #[serde(skip_serializing_if = "RetryPolicy::is_none")]
+    retry: RetryPolicy,
 }
 
 impl<I, O> Activity<I, O>
@@ -357,6 +309,7 @@ where
             approval: config.approval,
             reserve: &config.reserve,
             requires: &config.requires,
+            retry: config.retry,
         })
         .map_err(|error| ConfigError::Encode {
             message: error.to_string(),
@@ -493,6 +446,7 @@ impl Run {
             effects: vec![Effect::Dispatch {
                 request: self.state.input.clone(),
                 reserve: self.inner.config.reserve.clone(),
+                retry: self.inner.config.retry,
             }],
         }
     }
@@ -626,12 +580,16 @@ impl Dispatcher for ActivityDispatcher {
                             timeout.as_millis()
                         ),
                     );
-                    return Settlement::failed(failure);
+                    // Abandoned after it was started: it may have had its effect.
+                    return Settlement::failed_retryable(failure, RetryHint::uncertain());
                 }
             };
             match joined {
                 Ok(Ok(output)) => Settlement::ok(output),
-                Ok(Err(error)) => Settlement::failed(error.failure),
+                Ok(Err(error)) => match error.retry {
+                    Some(hint) => Settlement::failed_retryable(error.failure, hint),
+                    None => Settlement::failed(error.failure),
+                },
                 Err(error) => {
                     let why = if error.is_panic() {
                         panic_message(error.into_panic())

@@ -24,7 +24,10 @@
 //! per-call timeout, panics caught as classified failures and, optionally,
 //! a person's approval first. A [`call`] stage runs one like any child; the
 //! agent layer wraps one as a model-facing tool. Failures a later attempt
-//! may fix carry a [`RetryHint`] ([`Certainty`] and `Retry-After`).
+//! may fix carry a [`RetryHint`](baton_run::dispatch::RetryHint)
+//! (its certainty and `Retry-After`), which the kernel reads to try a call
+//! again as the activity's [`RetryPolicy`](baton_run::dispatch::RetryPolicy)
+//! says.
 //!
 //! Failures carry stable codes `workflow.<kind>.<suffix>`; fan-out stages
 //! fail with the lowest-index failure of a window (see `docs/workflow.md`).
@@ -60,8 +63,8 @@ mod workflow;
 
 pub use activity::{
     ACTIVITY_DENIED, ACTIVITY_FAILED, ACTIVITY_INVALID, ACTIVITY_PANICKED, ACTIVITY_TIMED_OUT,
-    Activity, ActivityConfig, ActivityContext, ActivityError, Approval, ApprovalRequest, Certainty,
-    DEFAULT_ACTIVITY_TIMEOUT, RetryHint, Verdict,
+    Activity, ActivityConfig, ActivityContext, ActivityError, Approval, ApprovalRequest,
+    DEFAULT_ACTIVITY_TIMEOUT, Verdict,
 };
 
 pub use stage::{

@@ -14,8 +14,8 @@ use baton_agent::{
     COST_MICROS, ChatModel, FinishReason, Interaction, InteractionConfig, InteractionOutput,
     Message, ModelError, Price, Request, TOKENS, TOKENS_IN, TOKENS_OUT, output,
 };
+use baton_run::dispatch::Certainty;
 use baton_run::{Budget, MemoryStore, Name, Visibility};
-use baton_workflow::Certainty;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedReceiver;
 

@@ -70,6 +70,15 @@ pub fn interaction(
     model: Arc<dyn ChatModel>,
     max_calls: u32,
 ) -> Program<InteractionInput, InteractionOutput> {
+    interaction_with(model, max_calls, baton_agent::default_model_retry())
+}
+
+/// [`interaction`] with model calls tried again as `retry` says.
+pub fn interaction_with(
+    model: Arc<dyn ChatModel>,
+    max_calls: u32,
+    retry: baton_run::dispatch::RetryPolicy,
+) -> Program<InteractionInput, InteractionOutput> {
     let mut config = InteractionConfig::new(
         "test.assistant",
         "Answers with the help of tools.",
@@ -79,6 +88,7 @@ pub fn interaction(
     );
     config.system = Some("You add numbers.".into());
     config.tools = vec![add_tool()];
+    config.model_retry = retry;
     Interaction::new(config)
         .expect("valid interaction")
         .program()

@@ -8,6 +8,7 @@ use baton_agent::{
     FinishReason, InteractionConfig, InteractionOutput, Message, Part, Response, Role,
     ScriptedModel, Steering, ToolResult, Usage,
 };
+use baton_run::dispatch::RetryPolicy;
 use baton_run::log::RecordKind;
 use baton_run::{
     Budget, EventKind, FailureKind, MemoryStore, Name, Payload, RecoverOptions, Settlement,
@@ -555,7 +556,8 @@ async fn model_errors_fail_with_their_classification() {
             retry_after: Some(std::time::Duration::from_secs(2)),
         })],
     );
-    let program = interaction(Arc::new(model), 2);
+    // Without retries the first failure is the interaction's.
+    let program = interaction_with(Arc::new(model), 2, RetryPolicy::none());
     let engine = engine(Arc::new(MemoryStore::new()), &program);
     let termination = engine
         .start(&program, start("down", ask("hi")))

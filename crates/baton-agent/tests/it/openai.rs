@@ -15,8 +15,12 @@ use baton_agent::{
     COST_MICROS, ChatModel, FinishReason, Interaction, InteractionConfig, InteractionOutput,
     Message, ModelError, Price, Request, Role, TOKENS, TOKENS_IN, TOKENS_OUT, Usage, output,
 };
-use baton_run::{Budget, EventKind, MemoryStore, Name, Status, Visibility};
-use baton_workflow::Certainty;
+use baton_run::dispatch::{Certainty, RetryPolicy};
+use baton_run::log::{RecordBody, RecordKind};
+use baton_run::{
+    Budget, Engine, EngineConfig, EventKind, ManualClock, MemoryStore, Name, Status, Timestamp,
+    Visibility,
+};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -465,7 +469,8 @@ async fn a_429_fails_the_interaction_with_its_code_and_advice() {
         body: json!({"error": {"message": "slow down"}}).to_string(),
     }])
     .await;
-    let program = interaction(Arc::new(model(&url)), 2);
+    // Without retries the first failure is the interaction's.
+    let program = interaction_with(Arc::new(model(&url)), 2, RetryPolicy::none());
     let engine = engine(Arc::new(MemoryStore::new()), &program);
     let termination = engine
         .start(&program, start("openai-429", ask("hi")))
@@ -481,6 +486,116 @@ async fn a_429_fails_the_interaction_with_its_code_and_advice() {
         failure.message.contains("http 429") && failure.message.contains("retry after 20000ms"),
         "{}",
         failure.message
+    );
+}
+
+/// The records of `kind` in the tree's log so far.
+fn logged(store: &MemoryStore, tree: baton_run::TreeId, kind: RecordKind) -> Vec<RecordBody> {
+    store
+        .records(tree)
+        .iter()
+        .filter(|record| record.kind == kind)
+        .map(|record| record.decode().expect("decodes"))
+        .collect()
+}
+
+async fn until_logged(
+    store: &MemoryStore,
+    tree: baton_run::TreeId,
+    kind: RecordKind,
+    count: usize,
+) {
+    for _ in 0..1_000_000 {
+        if logged(store, tree, kind).len() >= count {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("{count} {kind} records never appeared");
+}
+
+#[tokio::test]
+async fn a_rate_limited_call_is_tried_again_after_the_retry_after_header_and_completes() {
+    let rate_limited = |after: &str| Reply::Json {
+        status: 429,
+        headers: vec![("retry-after", after.into())],
+        body: json!({"error": {"message": "slow down"}}).to_string(),
+    };
+    let (url, mut seen) = server(vec![
+        rate_limited("7"),
+        rate_limited("3"),
+        text_stream(&["hel", "lo"]),
+    ])
+    .await;
+    // The default model retry: 4 attempts, backoff from 1 s.
+    let program = interaction(Arc::new(model(&url)), 2);
+    let store = MemoryStore::keeping_history();
+    let clock = ManualClock::new(Timestamp(1_000_000));
+    let engine = Engine::new(EngineConfig {
+        programs: vec![program.erase()],
+        clock: Arc::new(clock.clone()),
+        ..EngineConfig::new(Arc::new(store.clone()))
+    })
+    .expect("valid");
+    let tree = engine
+        .start(&program, start("openai-retry", ask("hi")))
+        .await
+        .expect("starts")
+        .tree();
+    next(&mut seen).await;
+    until_logged(&store, tree, RecordKind::EffectRetrying, 1).await;
+    let at = |body: &RecordBody| match body {
+        RecordBody::EffectRetrying { at, .. } => *at,
+        other => panic!("not a retry: {other:?}"),
+    };
+    // Retry-After said 7 s, more than the policy's first backoff of 1 s.
+    let first = at(&logged(&store, tree, RecordKind::EffectRetrying)[0]);
+    assert_eq!(first, Timestamp(1_000_000 + 7_000));
+    clock.advance(Duration::from_millis(6_999));
+    for _ in 0..1_000 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        seen.try_recv().is_err() && logged(&store, tree, RecordKind::EffectPending).len() == 1,
+        "nothing is sent before the backoff ends"
+    );
+    clock.advance(Duration::from_millis(1));
+    next(&mut seen).await;
+    until_logged(&store, tree, RecordKind::EffectRetrying, 2).await;
+    let second = at(&logged(&store, tree, RecordKind::EffectRetrying)[1]);
+    assert_eq!(
+        second,
+        Timestamp(1_000_000 + 7_000 + 3_000),
+        "the header wins again"
+    );
+    // While it backs off, inspect shows the failed attempts and when the
+    // next one starts.
+    let view = engine
+        .inspect(&scope(), tree, Visibility::Public)
+        .await
+        .expect("inspects");
+    let effect = view
+        .processes
+        .iter()
+        .flat_map(|p| p.effects.iter())
+        .next()
+        .expect("the model call");
+    assert_eq!(effect.failed_attempts, 2);
+    assert_eq!(effect.retry_at, Some(second));
+    clock.advance(Duration::from_millis(3_000));
+    next(&mut seen).await;
+    let termination = engine
+        .process::<InteractionOutput>(&scope(), tree)
+        .await
+        .expect("attached")
+        .await_result()
+        .await
+        .expect("terminates");
+    assert_eq!(termination.status(), Status::Completed);
+    assert_eq!(
+        logged(&store, tree, RecordKind::EffectPending).len(),
+        3,
+        "three attempts, each logged before it was sent"
     );
 }
 

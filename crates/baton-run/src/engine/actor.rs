@@ -14,92 +14,24 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use crate::clock::Timestamp;
 use crate::ids::{EffectId, ProcessId, TreeId};
 use crate::log::{Record, RecordBody};
-use crate::protocol::{
-    ChildOutcome, Execution, Program, Settlement, Signal, SignalBody, Transition,
-};
+use crate::protocol::{ChildOutcome, Execution, Program, Signal, SignalBody, Transition};
 use crate::storage::{Append, AppendOutcome, TreeMeta};
 
 use super::dispatch::{Completion, DispatchJob, Dispatches, Launch, launch};
 use super::error::{ControlError, RuntimeError, SignalError};
 use super::lifecycle::{Owner, Sleeper, SnapshotPace};
+pub(crate) use super::mailbox::{Channels, Command};
 use super::round::{self, ChildrenWait, Next, Pass};
 use super::shared::{Door, TreeShared};
 use super::state::TreeState;
 use super::view::{Event, EventKind, TreeView, Visibility};
 use super::{EngineInner, SignalReceipt, SignalRequest, Sleep};
-
-/// A request from a handle to the tree's owner task.
-pub(crate) enum Command {
-    Signal {
-        process: ProcessId,
-        request: SignalRequest,
-        reply: oneshot::Sender<Result<SignalReceipt, SignalError>>,
-    },
-    /// An answer to a wait anywhere in the tree, routed by the wait's id.
-    Answer {
-        request: SignalRequest,
-        reply: oneshot::Sender<Result<SignalReceipt, SignalError>>,
-    },
-    Cancel {
-        process: ProcessId,
-        reason: String,
-        reply: oneshot::Sender<Result<(), ControlError>>,
-    },
-    Kill {
-        process: ProcessId,
-        reply: oneshot::Sender<Result<(), ControlError>>,
-    },
-    Resolve {
-        effect: EffectId,
-        settlement: Settlement,
-        reply: oneshot::Sender<Result<(), ControlError>>,
-    },
-    Replay {
-        effect: EffectId,
-        reply: oneshot::Sender<Result<(), ControlError>>,
-    },
-    Inspect {
-        reply: oneshot::Sender<Result<TreeView, ControlError>>,
-    },
-    /// Renew the lease now: is this engine still the tree's writer?
-    Renew {
-        reply: oneshot::Sender<Result<(), RuntimeError>>,
-    },
-    Close {
-        reply: oneshot::Sender<()>,
-    },
-}
-
-/// The ends of an owner task's channels. Channel items are boxed: tokio
-/// allocates each channel's first block of 32 slots up front, so small
-/// items keep an idle tree small.
-pub(super) struct Channels {
-    commands: mpsc::UnboundedReceiver<Box<Command>>,
-    completions: mpsc::UnboundedReceiver<Box<Completion>>,
-    completion_sender: mpsc::UnboundedSender<Box<Completion>>,
-}
-
-impl Channels {
-    /// New channels, and the sender of commands that the tree's door keeps.
-    pub fn new() -> (mpsc::UnboundedSender<Box<Command>>, Channels) {
-        let (commands_sender, commands) = mpsc::unbounded_channel();
-        let (completion_sender, completions) = mpsc::unbounded_channel();
-        (
-            commands_sender,
-            Channels {
-                commands,
-                completions,
-                completion_sender,
-            },
-        )
-    }
-}
 
 /// Commits in a row a round may hold children waits back while other
 /// processes keep progressing (each commit takes up to
@@ -291,7 +223,11 @@ impl Actor {
                     Some(awake) => self = awake,
                 }
             }
-            let deadline = self.live_deadline();
+            // The tree's deadline, or the end of a backoff, whichever is first.
+            let deadline = match (self.live_deadline(), self.next_backoff()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             let renew_at = self.renew_at;
             let clock = self.engine.clock.clone();
             tokio::select! {
@@ -382,6 +318,7 @@ impl Actor {
             && self.inspects.is_empty()
             && self.dispatches.is_empty()
             && self.live_deadline().is_none()
+            && self.next_backoff().is_none()
     }
 
     /// Leaves the tree's state at its door so the task can end, unless a
@@ -557,11 +494,27 @@ impl Actor {
         {
             return;
         }
-        self.stage(RecordBody::EffectSettled {
+        let record = round::settle(
+            &self.state,
+            &self.programs[&process],
             process,
-            effect: completion.effect,
-            settlement: completion.settlement,
-        });
+            completion.effect,
+            completion.settlement,
+            self.engine.clock.now(),
+        );
+        self.stage(record);
+    }
+
+    /// When the earliest backoff of a failed attempt ends, if any does.
+    fn next_backoff(&self) -> Option<Timestamp> {
+        self.live
+            .iter()
+            .filter_map(|id| self.state.processes[id].frontier())
+            .filter_map(|slot| match slot.phase {
+                super::state::Phase::Backoff { at } => Some(at),
+                _ => None,
+            })
+            .min()
     }
 
     /// Runs every process that can progress, up to the steps of one commit.
@@ -574,8 +527,14 @@ impl Actor {
     /// stepping cannot hold a sibling's settled wait back for long.
     fn drive(&mut self) {
         let mut steps_left = self.engine.max_steps_per_commit;
+        let now = self.engine.clock.now();
         loop {
-            if self.pass(&mut steps_left, true) {
+            // A record the fold refused stopped the tree; nothing staged
+            // after it could be committed.
+            if self.owner.outcome.read().stopped.is_some() {
+                return;
+            }
+            if self.pass(&mut steps_left, true, now) {
                 if steps_left > 0 {
                     continue;
                 }
@@ -585,28 +544,29 @@ impl Actor {
                 }
             }
             self.held = 0;
-            if !self.pass(&mut steps_left, false) {
+            if !self.pass(&mut steps_left, false, now) {
                 return;
             }
         }
     }
 
     /// Advances every live process once; whether any progressed.
-    fn pass(&mut self, steps_left: &mut usize, hold_waits: bool) -> bool {
+    fn pass(&mut self, steps_left: &mut usize, hold_waits: bool, now: Timestamp) -> bool {
         let live: Vec<ProcessId> = self.live.iter().copied().collect();
         let mut progressed = false;
         for process in live {
-            progressed |= self.advance(process, steps_left, hold_waits);
+            let pass = Pass {
+                hold_waits,
+                may_step: *steps_left > 0,
+                now,
+            };
+            progressed |= self.advance(process, steps_left, pass);
         }
         progressed
     }
 
     /// Stages what process `id` does next; whether it progressed.
-    fn advance(&mut self, id: ProcessId, steps_left: &mut usize, hold_waits: bool) -> bool {
-        let pass = Pass {
-            hold_waits,
-            may_step: *steps_left > 0,
-        };
+    fn advance(&mut self, id: ProcessId, steps_left: &mut usize, pass: Pass) -> bool {
         match round::next(&self.state, id, &self.dispatches, pass) {
             Next::Idle => false,
             Next::Orphaned => {
@@ -630,14 +590,16 @@ impl Actor {
                 effect,
                 request,
                 reserve,
+                attempt,
             } => {
+                // Each attempt's reservation is charged before it starts.
                 match round::reserve(&self.state.processes[&id], &reserve) {
                     Ok(()) => {
                         self.stage(RecordBody::EffectPending {
                             process: id,
                             effect,
                         });
-                        self.launch_later(id, effect, request, reserve);
+                        self.launch_later(id, effect, (request, reserve), attempt);
                     }
                     Err(failure) => self.stage(round::refuse(id, effect, failure)),
                 }
@@ -647,10 +609,11 @@ impl Actor {
                 effect,
                 request,
                 reserve,
+                attempt,
             } => {
                 let allowed = self.dispatches.take_replay(effect);
                 if round::may_redispatch(&self.programs[&id], &request, allowed) {
-                    self.launch_later(id, effect, request, reserve);
+                    self.launch_later(id, effect, (request, reserve), attempt);
                 } else {
                     self.stage(RecordBody::EffectSettled {
                         process: id,
@@ -721,10 +684,10 @@ impl Actor {
         &mut self,
         process: ProcessId,
         effect: EffectId,
-        request: crate::payload::Payload,
-        reserve: crate::budget::Meters,
+        call: (crate::payload::Payload, crate::budget::Meters),
+        attempt: u32,
     ) {
-        let job = self.dispatches.begin(process, effect, request, reserve);
+        let job = self.dispatches.begin(process, effect, call, attempt);
         self.after.push(After::Dispatch(job));
     }
 

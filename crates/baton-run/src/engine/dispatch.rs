@@ -40,6 +40,8 @@ pub(super) struct DispatchJob {
     pub effect: EffectId,
     pub request: Payload,
     pub reserve: Meters,
+    /// Which attempt of the effect this is, as the dispatcher sees it.
+    pub try_number: u32,
     attempt: u64,
     cancel: Cancellation,
 }
@@ -77,8 +79,8 @@ impl Dispatches {
         &mut self,
         process: ProcessId,
         effect: EffectId,
-        request: Payload,
-        reserve: Meters,
+        (request, reserve): (Payload, Meters),
+        try_number: u32,
     ) -> DispatchJob {
         self.attempts += 1;
         let (cancel_sender, cancel) = Cancellation::new();
@@ -95,6 +97,7 @@ impl Dispatches {
             effect,
             request,
             reserve,
+            try_number,
             attempt: self.attempts,
             cancel,
         }
@@ -169,6 +172,7 @@ pub(super) fn launch(job: DispatchJob, dispatcher: Arc<dyn Dispatcher>, to: Laun
         process,
         request: job.request,
         reserve: job.reserve,
+        attempt: job.try_number,
         deltas: DeltaSink {
             emit: Arc::new(move |delta| {
                 let _ = events.send(Event {

@@ -9,7 +9,8 @@
 //!   published outcome, the door commands go through);
 //! - `lease.rs`: owner names, liveness of other owners, lease acquisition;
 //! - `lifecycle.rs`: how a tree starts, is taken up, sleeps and wakes;
-//! - `actor.rs`: the owner task of a tree (mailbox, rounds, commit loop);
+//! - `actor.rs`: the owner task of a tree (rounds, commit loop), and
+//!   `mailbox.rs` the commands it takes in;
 //! - `round.rs`: what a round decides, as plain functions over the fold;
 //! - `dispatch.rs`: dispatches in flight and their launch;
 //! - `state.rs`: the fold (`TreeState::apply`) and `fold` of a stored tree;
@@ -22,6 +23,7 @@ mod error;
 mod handle;
 mod lease;
 mod lifecycle;
+mod mailbox;
 mod round;
 mod shared;
 mod state;

@@ -88,8 +88,15 @@ pub struct EffectView {
     pub id: EffectId,
     /// `dispatch` or `wait`.
     pub kind: String,
-    /// `planned`, `pending`, `unknown` or `settled`.
+    /// `planned`, `pending`, `backoff`, `unknown` or `settled`.
     pub phase: String,
+    /// Attempts of a dispatch that failed and were (or are to be) tried
+    /// again under its retry policy.
+    #[serde(default)]
+    pub failed_attempts: u32,
+    /// When a backing-off dispatch is tried again (engine clock).
+    #[serde(default)]
+    pub retry_at: Option<crate::clock::Timestamp>,
     /// The request, only when private payloads were asked for.
     pub request: Option<Payload>,
 }
@@ -163,10 +170,16 @@ impl ProcessView {
                 phase: match &slot.phase {
                     Phase::Planned => "planned",
                     Phase::Pending => "pending",
+                    Phase::Backoff { .. } => "backoff",
                     Phase::Settled(Settlement::Unknown { .. }) => "unknown",
                     Phase::Settled(_) => "settled",
                 }
                 .to_owned(),
+                failed_attempts: slot.failed_attempts,
+                retry_at: match &slot.phase {
+                    Phase::Backoff { at } => Some(*at),
+                    _ => None,
+                },
                 request: match (&slot.effect, private) {
                     (Effect::Dispatch { request, .. } | Effect::Wait { request, .. }, true) => {
                         Some(request.clone())
@@ -277,6 +290,17 @@ pub enum EventKind {
         /// The effect.
         effect: EffectId,
     },
+    /// An attempt of a dispatch failed; it is tried again at `at`.
+    EffectRetrying {
+        /// Log sequence.
+        seq: u64,
+        /// The effect.
+        effect: EffectId,
+        /// The failed attempt's failure code.
+        code: String,
+        /// When the next attempt starts (engine clock).
+        at: crate::clock::Timestamp,
+    },
     /// Signals were admitted.
     SignalsAdmitted {
         /// Log sequence.
@@ -364,6 +388,21 @@ impl EventKind {
                 EventKind::EffectPending {
                     seq,
                     effect: *effect,
+                },
+            ),
+            RecordBody::EffectRetrying {
+                process,
+                effect,
+                failure,
+                at,
+                ..
+            } => (
+                *process,
+                EventKind::EffectRetrying {
+                    seq,
+                    effect: *effect,
+                    code: failure.code().to_owned(),
+                    at: *at,
                 },
             ),
             RecordBody::EffectSettled {

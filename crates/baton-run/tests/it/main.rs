@@ -8,6 +8,7 @@ mod fuzz;
 mod limits;
 mod payload;
 mod recovery;
+mod retry;
 mod schema;
 mod store;
 mod store_conformance;

@@ -198,6 +198,7 @@ impl Run {
                     Name::new(TOKENS).expect("the tokens meter name is valid"),
                     u64::from(self.inner.max_tokens),
                 )]),
+                retry: baton_run::dispatch::RetryPolicy::none(),
             }],
         })
     }

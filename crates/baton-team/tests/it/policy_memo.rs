@@ -173,6 +173,7 @@ fn history(team: &str, steps: &[Step]) -> Vec<Turn> {
                 Settlement::Failed {
                     failure: Failure::contract("team.control.refused", "ended"),
                     usage: Meters::default(),
+                    retry: None,
                 }
             };
             controls.push(ControlReceipt {

@@ -15,15 +15,18 @@
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Duration;
 
 use crate::budget::{Dimension, Meters};
 use crate::clock::Timestamp;
+use crate::digest::{Digest, Purpose};
 use crate::failure::{Cause, Failure, Termination};
 use crate::ids::{ChildKey, EffectId, ProcessId};
 use crate::log::RecordBody;
 use crate::payload::Payload;
 use crate::protocol::{
-    Boundary, ChildSignal, Condition, Effect, Program, ReplayPolicy, Settlement, Signal, SignalBody,
+    Boundary, Certainty, ChildSignal, Condition, Effect, Program, ReplayPolicy, RetryPolicy,
+    Settlement, Signal, SignalBody,
 };
 
 use super::error::{ControlError, SignalError};
@@ -49,11 +52,13 @@ pub(super) enum Next {
     Draining,
     /// Canceled with nothing in flight: it ends.
     End { cause: Cause, reason: String },
-    /// A planned dispatch: reserve its meters and send it.
+    /// A planned dispatch, or one whose backoff has passed: reserve its
+    /// meters and send it (attempt `attempt`).
     Dispatch {
         effect: EffectId,
         request: Payload,
         reserve: Meters,
+        attempt: u32,
     },
     /// A dispatch pending with nothing in flight (after a recovery or a
     /// replay): send it again only if that is safe.
@@ -61,6 +66,7 @@ pub(super) enum Next {
         effect: EffectId,
         request: Payload,
         reserve: Meters,
+        attempt: u32,
     },
     /// A planned child start.
     StartChild { effect: EffectId, start: ChildStart },
@@ -96,6 +102,8 @@ pub(super) struct Pass {
     pub hold_waits: bool,
     /// Whether the commit has room for another step.
     pub may_step: bool,
+    /// The engine clock's time, for backoffs.
+    pub now: Timestamp,
 }
 
 /// What process `id` can do next.
@@ -129,19 +137,41 @@ pub(super) fn next(tree: &TreeState, id: ProcessId, flights: &impl Flights, pass
         };
     };
     let effect = slot.id;
+    let attempt = slot.failed_attempts.saturating_add(1);
     match (&slot.effect, &slot.phase) {
-        (Effect::Dispatch { request, reserve }, Phase::Planned) => Next::Dispatch {
+        (
+            Effect::Dispatch {
+                request, reserve, ..
+            },
+            Phase::Planned,
+        ) => Next::Dispatch {
             effect,
             request: request.clone(),
             reserve: reserve.clone(),
+            attempt,
         },
-        (Effect::Dispatch { request, reserve }, Phase::Pending) if !flights.carries(effect) => {
-            Next::Redispatch {
-                effect,
-                request: request.clone(),
-                reserve: reserve.clone(),
-            }
-        }
+        (
+            Effect::Dispatch {
+                request, reserve, ..
+            },
+            Phase::Backoff { at },
+        ) if pass.now >= *at => Next::Dispatch {
+            effect,
+            request: request.clone(),
+            reserve: reserve.clone(),
+            attempt,
+        },
+        (
+            Effect::Dispatch {
+                request, reserve, ..
+            },
+            Phase::Pending,
+        ) if !flights.carries(effect) => Next::Redispatch {
+            effect,
+            request: request.clone(),
+            reserve: reserve.clone(),
+            attempt,
+        },
         (
             Effect::StartChild {
                 key,
@@ -457,21 +487,123 @@ pub(super) fn reserve(process: &ProcessState, reserve: &Meters) -> Result<(), Fa
     Ok(())
 }
 
-/// Whether a dispatch found pending with nothing in flight may be sent
-/// again: the host asked for it, or its dispatcher replays under the same
-/// identity (a panicking `replay_policy` counts as `Never`).
-pub(super) fn may_redispatch(program: &Program, request: &Payload, host_allowed: bool) -> bool {
-    if host_allowed {
-        return true;
-    }
-    let policy = program
+/// A program's dispatcher's replay policy for `request` (a panicking
+/// `replay_policy`, or no dispatcher, counts as `Never`).
+fn replay_policy(program: &Program, request: &Payload) -> ReplayPolicy {
+    program
         .dispatcher()
         .map(|dispatcher| {
             catch_unwind(AssertUnwindSafe(|| dispatcher.replay_policy(request)))
                 .unwrap_or(ReplayPolicy::Never)
         })
-        .unwrap_or(ReplayPolicy::Never);
-    policy == ReplayPolicy::SameIdentity
+        .unwrap_or(ReplayPolicy::Never)
+}
+
+/// Whether a dispatch found pending with nothing in flight may be sent
+/// again: the host asked for it, or its dispatcher replays under the same
+/// identity.
+pub(super) fn may_redispatch(program: &Program, request: &Payload, host_allowed: bool) -> bool {
+    host_allowed || replay_policy(program, request) == ReplayPolicy::SameIdentity
+}
+
+/// The record a dispatcher's answer to an attempt stages: its settlement,
+/// or, when the effect's retry policy tries the attempt again, the failed
+/// attempt and the end of its backoff. An uncertain failure under a retry
+/// policy of a `Never` dispatcher settles unknown: the attempt may have had
+/// its effect, so neither a retry nor a failure would be true.
+pub(super) fn settle(
+    tree: &TreeState,
+    program: &Program,
+    process: ProcessId,
+    effect: EffectId,
+    settlement: Settlement,
+    now: Timestamp,
+) -> RecordBody {
+    let settled = |settlement| RecordBody::EffectSettled {
+        process,
+        effect,
+        settlement,
+    };
+    let slot = tree.processes[&process]
+        .batch
+        .iter()
+        .find(|slot| slot.id == effect);
+    let Some((request, policy, failed)) = slot.and_then(|slot| match &slot.effect {
+        Effect::Dispatch { request, retry, .. } if !retry.is_none() => {
+            Some((request, retry, slot.failed_attempts))
+        }
+        _ => None,
+    }) else {
+        return settled(settlement);
+    };
+    let Settlement::Failed {
+        failure,
+        usage,
+        retry: Some(hint),
+    } = &settlement
+    else {
+        return settled(settlement);
+    };
+    let attempts_left = failed.saturating_add(1) < policy.attempts;
+    let replays = replay_policy(program, request) == ReplayPolicy::SameIdentity;
+    let retry = match hint.certainty {
+        Certainty::Definite => attempts_left,
+        Certainty::Uncertain if !replays && attempts_left => {
+            return settled(Settlement::Unknown {
+                diagnostic: format!(
+                    "attempt {} failed and may have had its effect ({failure}); its dispatcher's replay policy forbids sending it again",
+                    failed.saturating_add(1)
+                ),
+            });
+        }
+        Certainty::Uncertain => attempts_left,
+    };
+    if !retry {
+        return settled(settlement);
+    }
+    let delay = backoff(policy, effect, failed.saturating_add(1), hint.after);
+    RecordBody::EffectRetrying {
+        process,
+        effect,
+        failure: failure.clone(),
+        usage: usage.clone(),
+        at: now.plus(delay),
+    }
+}
+
+/// The backoff after failed attempt `attempt` (1 for the first): the
+/// policy's delay doubled per attempt up to its maximum, shortened by up to
+/// half by a jitter derived from the effect id and the attempt (the same in
+/// every engine and after every recovery), and never shorter than what the
+/// other side asked for.
+pub(super) fn backoff(
+    policy: &RetryPolicy,
+    effect: EffectId,
+    attempt: u32,
+    asked: Option<Duration>,
+) -> Duration {
+    let doubled = policy.initial_delay_ms.saturating_mul(
+        1u64.checked_shl(attempt.saturating_sub(1))
+            .unwrap_or(u64::MAX),
+    );
+    let base = doubled.min(policy.max_delay_ms);
+    let digest = Digest::of_parts(
+        Purpose::Identity,
+        &[
+            b"backoff",
+            effect.to_string().as_bytes(),
+            &attempt.to_le_bytes(),
+        ],
+    );
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest.as_bytes()[..8]);
+    // A fraction in [0, 1) of half the base, taken off it.
+    let cut = ((u128::from(base / 2) * u128::from(u64::from_le_bytes(first))) >> 64) as u64;
+    let delay = Duration::from_millis(base - cut);
+    match asked {
+        Some(asked) if asked > delay => asked,
+        _ => delay,
+    }
 }
 
 /// The settlement of a dispatch that may not be sent again.

@@ -197,6 +197,11 @@ pub(in crate::engine) fn check_transition(
     match &transition {
         Transition::Continue { effects, .. } => {
             for effect in effects {
+                if let Effect::Dispatch { retry, .. } = effect
+                    && let Some(problem) = retry.problem()
+                {
+                    return Err(Failure::contract("execution.effect.invalid", problem));
+                }
                 if let Effect::Dispatch { request, .. } = effect {
                     let Some(dispatcher) = program.dispatcher() else {
                         return Err(Failure::contract(

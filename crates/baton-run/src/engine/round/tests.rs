@@ -135,6 +135,7 @@ impl Flights for NoFlights {
 const FREE: Pass = Pass {
     hold_waits: false,
     may_step: true,
+    now: Timestamp(0),
 };
 
 fn settled_code(record: &RecordBody) -> Option<&str> {

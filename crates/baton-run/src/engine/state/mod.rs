@@ -120,6 +120,13 @@ pub(crate) struct Slot {
     pub id: EffectId,
     pub effect: Effect,
     pub phase: Phase,
+    /// Attempts of a dispatch that failed and were tried again.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed_attempts: u32,
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
 }
 
 /// Where an effect stands.
@@ -128,6 +135,10 @@ pub(crate) struct Slot {
 pub(crate) enum Phase {
     Planned,
     Pending,
+    /// A failed attempt waits to be tried again once `at` has passed.
+    Backoff {
+        at: Timestamp,
+    },
     Settled(Settlement),
 }
 
@@ -232,7 +243,9 @@ impl ProcessState {
             .filter(|slot| match &slot.phase {
                 Phase::Pending => true,
                 Phase::Settled(settlement) => settlement.is_unknown(),
-                Phase::Planned => false,
+                // A backing-off dispatch failed definitely (or was tried
+                // again under its identity); nothing of it is uncertain.
+                Phase::Planned | Phase::Backoff { .. } => false,
             })
             .map(|slot| slot.id)
             .collect()
@@ -444,21 +457,24 @@ impl ProcessState {
 
     /// Replaces a pending reservation by the actual usage, capped at the reservation.
     fn settle_meters(&mut self, reserve: &Meters, settlement: &Settlement) {
+        if let Some(usage) = settlement.usage() {
+            self.settle_meters_used(reserve, usage);
+        }
+    }
+
+    /// Replaces a reservation by the usage reported, each meter capped at
+    /// what was reserved.
+    fn settle_meters_used(&mut self, reserve: &Meters, usage: &Meters) {
         self.refund_meters(reserve);
-        let actual: Meters = settlement
-            .usage()
-            .map(|usage| {
-                reserve
-                    .iter()
-                    .map(|(name, reserved)| {
-                        (
-                            name.clone(),
-                            usage.get(name).copied().unwrap_or(0).min(*reserved),
-                        )
-                    })
-                    .collect()
+        let actual: Meters = reserve
+            .iter()
+            .map(|(name, reserved)| {
+                (
+                    name.clone(),
+                    usage.get(name).copied().unwrap_or(0).min(*reserved),
+                )
             })
-            .unwrap_or_else(|| reserve.clone());
+            .collect();
         self.charge_meters(&actual);
     }
 }
@@ -650,6 +666,7 @@ impl TreeState {
                                 id: EffectId::new(id, *step, index as u32),
                                 effect: effect.clone(),
                                 phase: Phase::Planned,
+                                failed_attempts: 0,
                             })
                             .collect();
                         process.status = Status::Running;
@@ -681,12 +698,33 @@ impl TreeState {
             RecordBody::EffectPending { process, effect } => {
                 let process = self.process_mut(*process)?;
                 let slot = process.slot_mut(*effect)?;
-                if slot.phase != Phase::Planned || !matches!(slot.effect, Effect::Dispatch { .. }) {
+                let ready = matches!(slot.phase, Phase::Planned | Phase::Backoff { .. });
+                if !ready || !matches!(slot.effect, Effect::Dispatch { .. }) {
                     return inconsistent(format!("effect {effect} cannot become pending"));
                 }
                 slot.phase = Phase::Pending;
                 let reserve = ProcessState::reserve_of(slot);
                 process.charge_meters(&reserve);
+                Ok(())
+            }
+            RecordBody::EffectRetrying {
+                process,
+                effect,
+                usage,
+                at,
+                ..
+            } => {
+                let process = self.process_mut(*process)?;
+                let slot = process.slot_mut(*effect)?;
+                if slot.phase != Phase::Pending {
+                    return inconsistent(format!("effect {effect} cannot back off now"));
+                }
+                slot.phase = Phase::Backoff { at: *at };
+                slot.failed_attempts = slot.failed_attempts.saturating_add(1);
+                let reserve = ProcessState::reserve_of(slot);
+                // The failed attempt is charged what it used, as a settlement
+                // would be; the next attempt reserves again.
+                process.settle_meters_used(&reserve, usage);
                 Ok(())
             }
             RecordBody::EffectSettled {
@@ -698,8 +736,9 @@ impl TreeState {
                 let slot = process.slot_mut(*effect)?;
                 let was_pending = match slot.phase {
                     Phase::Pending => true,
-                    // A refusal before any I/O settles a planned effect.
-                    Phase::Planned if !settlement.is_unknown() => false,
+                    // A refusal before any I/O settles a planned effect, or
+                    // one backing off before its next attempt.
+                    Phase::Planned | Phase::Backoff { .. } if !settlement.is_unknown() => false,
                     _ => return inconsistent(format!("effect {effect} cannot settle now")),
                 };
                 slot.phase = Phase::Settled(settlement.clone());
