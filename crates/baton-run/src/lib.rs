@@ -53,6 +53,7 @@ mod failure;
 mod ids;
 pub mod log;
 mod payload;
+mod pieces;
 mod protocol;
 mod storage;
 
@@ -113,6 +114,7 @@ pub mod dispatch {
 /// backend and check it with `baton-testkit`'s conformance kits; hosts
 /// use [`Store::list`](crate::store::Store::list) to list trees.
 pub mod store {
+    pub use crate::pieces::split_pieces;
     pub use crate::storage::{
         AcquireRequest, Acquired, Append, AppendOutcome, ErrorSource, Lease, ListFilter, Listing,
         Store, StoreError, TreeLoad, TreeMeta, TreeStatus, UnreadableRow,
