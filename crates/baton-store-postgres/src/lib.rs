@@ -162,6 +162,23 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
+/// Sends the request `make` builds to `queue` (`None` once the store is
+/// closed) and awaits its answer; a closed queue or a dropped answer is
+/// the store having stopped.
+fn ask<T: Send + 'static, M>(
+    queue: Option<&mpsc::UnboundedSender<M>>,
+    make: impl FnOnce(Reply<T>) -> M,
+) -> BoxFuture<'static, Result<T, StoreError>> {
+    let (reply, answer) = oneshot::channel();
+    let sent = queue.is_some_and(|queue| queue.send(make(reply)).is_ok());
+    Box::pin(async move {
+        if !sent {
+            return Err(stopped());
+        }
+        answer.await.unwrap_or_else(|_| Err(stopped()))
+    })
+}
+
 fn stopped() -> StoreError {
     StoreError::unavailable("postgres store: its connections have stopped")
 }
@@ -272,36 +289,14 @@ impl PostgresStore {
         &self,
         make: impl FnOnce(Reply<T>) -> Write,
     ) -> BoxFuture<'static, Result<T, StoreError>> {
-        let (reply, answer) = oneshot::channel();
-        let sent = self
-            .inner
-            .writes
-            .as_ref()
-            .is_some_and(|queue| queue.send(make(reply)).is_ok());
-        Box::pin(async move {
-            if !sent {
-                return Err(stopped());
-            }
-            answer.await.unwrap_or_else(|_| Err(stopped()))
-        })
+        ask(self.inner.writes.as_ref(), make)
     }
 
     fn read<T: Send + 'static>(
         &self,
         make: impl FnOnce(Reply<T>) -> Read,
     ) -> BoxFuture<'static, Result<T, StoreError>> {
-        let (reply, answer) = oneshot::channel();
-        let sent = self
-            .inner
-            .reads
-            .as_ref()
-            .is_some_and(|queue| queue.send(make(reply)).is_ok());
-        Box::pin(async move {
-            if !sent {
-                return Err(stopped());
-            }
-            answer.await.unwrap_or_else(|_| Err(stopped()))
-        })
+        ask(self.inner.reads.as_ref(), make)
     }
 
     /// Every stored record of `tree` in order: its whole history when
