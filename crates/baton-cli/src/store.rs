@@ -82,6 +82,6 @@ fn open_postgres(url: &str, create: bool) -> Result<CliStore> {
 #[cfg(not(feature = "postgres"))]
 fn open_postgres(_url: &str, _create: bool) -> Result<CliStore> {
     bail!(
-        "this baton was built without PostgreSQL: build it with `--features postgres` to use a postgres:// store"
+        "this baton was built without PostgreSQL: build it with `cargo build --release -p baton-cli --features postgres` to use a postgres:// store"
     )
 }
