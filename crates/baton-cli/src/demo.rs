@@ -164,6 +164,7 @@ pub fn pause_team() -> Result<Program<String, String>> {
         max_tasks: Quota::Finite(1),
         max_concurrent_tasks: 1,
         max_controls_per_turn: 1,
+        stall_turns: baton::team::DEFAULT_STALL_TURNS,
     })?)
 }
 
