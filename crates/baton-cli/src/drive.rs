@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use baton::run::{Engine, Payload, ProcessHandle, Scope, TreeId, TreeView};
+use baton::run::{Condition, Engine, Payload, ProcessHandle, Scope, TreeId, TreeView};
 
 use crate::error::{CliError, Explain};
 
@@ -22,31 +22,17 @@ pub async fn settle(
         .process(scope, tree)
         .await
         .map_err(|error| error.explain(bin))?;
-    quiescent(engine, &handle)
+    handle
+        .until(Condition::Quiescent)
         .await
         .map_err(|error| error.explain(bin))
 }
 
-// TEMPORARY until `ProcessHandle::until(Condition::Quiescent)` lands on main:
-// wait on the engine's committed events, re-reading the tree after each.
-async fn quiescent(
-    engine: &Engine,
-    handle: &ProcessHandle<Payload>,
-) -> Result<TreeView, baton::run::ControlError> {
-    let mut events = engine.events();
-    loop {
-        let view = handle.inspect().await?;
-        if view.status != baton::run::store::TreeStatus::Running {
-            return Ok(view);
-        }
-        let _ = events.recv().await;
-    }
-}
-
 /// Shuts `engine` down: stops admitting work, lets in-flight steps commit,
-/// gives in-flight dispatches up to `grace` to settle, then releases every
-/// lease it holds.
+/// gives in-flight dispatches up to `grace` to settle and their settlements
+/// to commit, then releases every lease it holds. A dispatch still in
+/// flight after `grace` stays pending in the log, for recovery to decide by
+/// its replay policy.
 pub async fn shutdown(engine: Engine, grace: Duration) {
-    let _ = grace;
-    engine.close().await;
+    engine.shutdown(grace).await;
 }
