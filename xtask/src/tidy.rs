@@ -66,6 +66,9 @@ pub const ARCHITECTURE: &[(&str, &[&str])] = &[
     // Applications and workspace scenarios go through the facade (plus the testkit and the
     // shared examples).
     ("baton-cli", &["baton", "baton-testkit", "baton-examples"]),
+    // A host crate as a user writes one: its programs behind the embedded command line (the
+    // library of `baton-cli`, without the demos), and the tests that drive it.
+    ("baton-cli-embedded", &["baton", "baton-cli"]),
     ("baton-bench", &["baton", "baton-testkit", "baton-examples"]),
     ("baton-tests", &["baton", "baton-testkit", "baton-examples"]),
     // Tooling depends on no workspace crate.
