@@ -329,6 +329,34 @@ fn cancel_ends_a_tree_waiting_for_approval() {
 }
 
 #[test]
+fn a_tree_held_by_a_live_process_is_refused_with_when_and_how_to_take_it() {
+    let host = Host::new();
+    let child = host.spawn_until(
+        &[
+            "start",
+            "acme.charge",
+            r#"{"order":"o-7","amount_cents":100,"delay_ms":600000}"#,
+        ],
+        "acme: moving money",
+    );
+    let tree = host.json_lines(&["ps", "--json"])[0]["tree"]
+        .as_str()
+        .expect("tree")
+        .to_owned();
+    let held = host.fails(&["cancel", &tree]);
+    wait_and_kill(child);
+    assert!(held.contains("engine.lease.held"), "{held}");
+    assert!(
+        held.contains(" UTC, in "),
+        "says when the lease expires: {held}"
+    );
+    assert!(
+        held.ends_with("or take the tree now with `acme recover --force`"),
+        "{held}"
+    );
+}
+
+#[test]
 fn a_detached_start_is_committed_and_left_to_recover() {
     let host = Host::new();
     let started = host.ok(&["start", "acme.refund", REFUND, "--detach"]);

@@ -385,6 +385,12 @@ async fn answer(
                 Err(SignalError::UnknownWait { .. }) => {
                     return Err(unknown_wait(engine, &scope, tree, wait, bin).await);
                 }
+                Err(error @ SignalError::Rejected(_)) => {
+                    let hint = format!(
+                        "nothing was written; the wait's answer schema is its `answer_schema` in `{bin} inspect {tree} --json`"
+                    );
+                    return Err(CliError::engine(error.code(), &error, Some(hint)));
+                }
                 Err(error) => return Err(error.explain(bin)),
             };
             if receipt == SignalReceipt::Duplicate && !context.json() {
