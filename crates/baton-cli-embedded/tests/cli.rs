@@ -311,6 +311,32 @@ fn refused_answers_change_nothing_and_name_the_next_command() {
 }
 
 #[test]
+fn ps_columns_stay_aligned_whatever_the_scope() {
+    let host = Host::new();
+    host.ok(&["start", "acme.refund", REFUND, "--detach"]);
+    host.ok(&[
+        "--scope",
+        "a-tenant-with-a-long-name/some-user/session-42",
+        "start",
+        "acme.refund",
+        REFUND,
+        "--detach",
+    ]);
+    let ps = host.ok(&["ps"]);
+    let lines: Vec<&str> = ps.lines().collect();
+    assert_eq!(lines.len(), 3, "{ps}");
+    let status_at = lines[0].find("STATUS").expect("a STATUS column");
+    let updated_at = lines[0].find("UPDATED").expect("an UPDATED column");
+    for row in &lines[1..] {
+        assert!(
+            row[status_at..].starts_with("waiting") || row[status_at..].starts_with("running"),
+            "{ps}"
+        );
+        assert!(row[updated_at..].starts_with("20"), "{ps}");
+    }
+}
+
+#[test]
 fn cancel_ends_a_tree_waiting_for_approval() {
     let host = Host::new();
     let view = host.json(&["start", "acme.refund", REFUND, "--json"]);

@@ -253,3 +253,67 @@ pub struct Resolution {
     /// Why, printed under the tree (`resolved e_…, NOTE`).
     pub note: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use baton::workflow::{Config, TransformError, Workflow, transform};
+
+    use super::*;
+
+    fn program(build: &str) -> Program<String, String> {
+        Workflow::new(Config {
+            name: "test.upper".into(),
+            description: "Upper-case a text.".into(),
+            build: build.into(),
+            stages: vec![transform("upper", |text: String| {
+                Ok::<_, TransformError>(text.to_uppercase())
+            })],
+        })
+        .expect("a valid workflow")
+        .program::<String, String>()
+    }
+
+    #[test]
+    fn a_registry_needs_a_program_a_valid_scope_and_positive_limits() {
+        let empty = Registry::builder().build().expect_err("no program");
+        assert_eq!(empty.code(), "cli.registry.empty");
+        let scope = Registry::builder()
+            .program(&program("1"))
+            .default_scope("Not A Scope")
+            .build()
+            .expect_err("a bad scope");
+        assert_eq!(scope.code(), "cli.registry.scope");
+        let limits = Registry::builder()
+            .program(&program("1"))
+            .limits(TreeLimits {
+                max_processes: 0,
+                ..TreeLimits::default()
+            })
+            .build()
+            .expect_err("a zero limit");
+        assert_eq!(limits.code(), "cli.registry.limits");
+        assert!(limits.to_string().contains("max_processes"), "{limits}");
+    }
+
+    #[test]
+    fn versions_are_kept_in_order_and_a_program_added_twice_once() {
+        let (first, second) = (program("1"), program("2"));
+        let registry = Registry::builder()
+            .program(&first)
+            .program(&second)
+            .program(&first)
+            .build()
+            .expect("a valid registry");
+        let digests: Vec<_> = registry
+            .programs()
+            .iter()
+            .map(|program| program.reference().digest)
+            .collect();
+        assert_eq!(
+            digests,
+            [first.reference().digest, second.reference().digest]
+        );
+        assert_eq!(registry.default_scope().as_str(), DEFAULT_SCOPE);
+        assert!(registry.hooks().is_none());
+    }
+}
