@@ -271,6 +271,52 @@ fn start_waits_for_approval_and_answer_completes_the_refund() {
 }
 
 #[test]
+fn watch_follows_a_tree_answered_by_another_process_until_it_ends() {
+    let host = Host::new();
+    let view = host.json(&["start", "acme.refund", REFUND, "--json"]);
+    let tree = view["tree"].as_str().expect("tree").to_owned();
+    let wait = open_waits(&view).remove(0);
+    let head = view["head_seq"].as_u64().expect("head_seq");
+
+    let mut watcher = host
+        .command(&["watch", &tree, "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawns");
+    let mut lines = BufReader::new(watcher.stdout.take().expect("stdout")).lines();
+    let mut events: Vec<Value> = Vec::new();
+    // The facts committed so far come first, from the log.
+    while events.len() < usize::try_from(head).expect("small") {
+        let line = lines.next().expect("an event").expect("reads");
+        events.push(serde_json::from_str(&line).expect("a JSON event"));
+    }
+    host.ok(&[
+        "answer",
+        &tree,
+        "--wait",
+        &wait,
+        r#"{"decision":"approve"}"#,
+    ]);
+    // The rest arrive as the other process commits them; the stream ends
+    // with the finished tree.
+    for line in lines {
+        events.push(serde_json::from_str(&line.expect("reads")).expect("a JSON event"));
+    }
+    assert!(watcher.wait().expect("exits").success());
+    let seqs: Vec<u64> = events
+        .iter()
+        .filter_map(|event| event["seq"].as_u64())
+        .collect();
+    let expected: Vec<u64> = (1..=seqs.len() as u64).collect();
+    assert_eq!(seqs, expected, "every fact once, in order");
+    assert!(seqs.len() as u64 > head, "{events:?}");
+    let last = events.last().expect("events");
+    assert_eq!(last["kind"], "step_adopted", "{last}");
+    assert_eq!(last["data"]["transition"], "complete", "{last}");
+    assert_eq!(host.stored_status(&tree), TreeStatus::Done);
+}
+
+#[test]
 fn refused_answers_change_nothing_and_name_the_next_command() {
     let host = Host::new();
     let view = host.json(&["start", "acme.refund", REFUND, "--json"]);

@@ -60,6 +60,16 @@ pub enum Command {
         #[arg(long)]
         verify: bool,
     },
+    /// Follow a tree's events: its committed facts from the log, then
+    /// each new one as it is committed; ends when the tree has finished.
+    Watch {
+        /// The tree.
+        id: String,
+        /// Start at this log sequence (resume after the last one you saw
+        /// plus one; default: from the first).
+        #[arg(long, value_name = "SEQ", default_value_t = 1)]
+        from: u64,
+    },
     /// Answer an open wait and drive the tree until it waits or ends.
     Answer {
         /// The tree.
@@ -167,6 +177,7 @@ pub async fn run(context: &Context, command: Command) -> Result<(), CliError> {
             Ok(())
         }
         Command::Log { id, verify } => log(context, &id, verify).await,
+        Command::Watch { id, from } => watch(context, &id, from).await,
         Command::Answer {
             id,
             wait,
@@ -348,6 +359,31 @@ async fn log(context: &Context, id: &str, verify: bool) -> Result<(), CliError> 
         emitln!("{}", render::verification(&checked, context.json()));
     }
     Ok(())
+}
+
+async fn watch(context: &Context, id: &str, from: u64) -> Result<(), CliError> {
+    let bin = context.bin();
+    let tree = tree_id(id)?;
+    let store = context.open_store(false)?;
+    let engine = context.engine(store.shared())?;
+    let mut events = engine
+        .watch(context.scope(), tree, from)
+        .await
+        .map_err(|error| error.explain(bin))?;
+    // Following a tree changes nothing, so a signal just ends the stream.
+    let stopped = context.interrupted();
+    tokio::pin!(stopped);
+    loop {
+        let next = tokio::select! {
+            next = events.next() => next,
+            _ = &mut stopped => return Ok(()),
+        };
+        match next {
+            Some(Ok(event)) => emit(&render::event(&event, context.json())),
+            Some(Err(error)) => return Err(error.explain(bin)),
+            None => return Ok(()),
+        }
+    }
 }
 
 async fn answer(

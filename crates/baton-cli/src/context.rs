@@ -144,6 +144,13 @@ impl Context {
         .map_err(|error| CliError::engine(error.code(), error, None))
     }
 
+    /// Claims SIGINT and SIGTERM for this command and resolves at the
+    /// first one, for a command that ends cleanly on a signal.
+    pub(crate) async fn interrupted(&self) -> Stop {
+        self.interrupt.claim();
+        self.interrupt.received().await
+    }
+
     /// Takes `tree` (of `scope`) up when `engine` does not run it yet and
     /// waits until it has settled: every live process waits for an answer
     /// or is parked, or the root ended. Returns the tree as it then is.

@@ -2,7 +2,7 @@
 //!
 //! A host crate hands a [`Registry`] of its programs to [`main`] and gets
 //! the whole command line: `start`, `programs`, `ps`, `inspect`,
-//! `log --verify`, `answer`, `cancel`, `resolve`, `recover` and
+//! `log --verify`, `watch`, `answer`, `cancel`, `resolve`, `recover` and
 //! `completions`, on an embedded SQLite store (or, with the `postgres`
 //! feature, a PostgreSQL database):
 //!

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use baton::run::log::Record;
 use baton::run::store::TreeMeta;
-use baton::run::{Dimension, ProcessView, Program, Quota, TreeView, Verification};
+use baton::run::{Dimension, ProcessView, Program, Quota, TreeView, Verification, WatchEvent};
 use comfy_table::{CellAlignment, Table};
 use serde_json::{Value, json};
 
@@ -207,6 +207,39 @@ fn render_process(
             render_process(view, child, depth + 1, bin, out);
         }
     }
+}
+
+/// One event of `watch`: a JSON line, or `SEQ  KIND  PROCESS  DATA` where
+/// PROCESS is the child-key path from the root and the program, and a
+/// non-durable event has `-` for its sequence.
+pub fn event(event: &WatchEvent, as_json: bool) -> String {
+    let value = serde_json::to_value(event).unwrap_or(Value::Null);
+    if as_json {
+        return format!("{value}\n");
+    }
+    let seq = event
+        .seq
+        .map_or_else(|| "-".to_owned(), |seq| seq.to_string());
+    let kind = value["kind"].as_str().unwrap_or("event");
+    let path = if event.path.is_empty() {
+        "(root)".to_owned()
+    } else {
+        event
+            .path
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    let program = event
+        .program
+        .as_ref()
+        .map_or_else(String::new, |program| format!(" {program}"));
+    let data = match &value["data"] {
+        Value::Null => String::new(),
+        data => format!("  {data}"),
+    };
+    format!("{seq:>5}  {kind:<18}  {path}{program}{data}\n")
 }
 
 /// `log`.
