@@ -167,7 +167,7 @@ pub async fn run(context: &Context, command: Command) -> Result<(), CliError> {
         }
         Command::Ps { status, tenant } => ps(context, status, tenant).await,
         Command::Inspect { id } => {
-            let store = context.open_store(false)?;
+            let store = context.open_store()?;
             let engine = context.engine(store.shared())?;
             let view = engine
                 .inspect(context.scope(), tree_id(&id)?, Visibility::Public)
@@ -248,7 +248,7 @@ async fn start(
     };
     let id = StartId::new(context.scope().as_str(), &key)
         .map_err(|error| CliError::argument(format!("invalid --id {key:?}: {error}")))?;
-    let store = context.open_store(true)?;
+    let store = context.open_or_create_store()?;
     let engine = context.engine(store.shared())?;
     let scope = context.scope().clone();
     let tree = ProcessId::root(&id);
@@ -304,7 +304,7 @@ async fn ps(
     status: Option<StatusFilter>,
     tenant: Option<String>,
 ) -> Result<(), CliError> {
-    let store = context.open_store(false)?;
+    let store = context.open_store()?;
     let filter = ListFilter {
         status: status.map(TreeStatus::from),
         scope: tenant
@@ -331,7 +331,7 @@ async fn ps(
 
 async fn log(context: &Context, id: &str, verify: bool) -> Result<(), CliError> {
     let bin = context.bin();
-    let store = context.open_store(false)?;
+    let store = context.open_store()?;
     let tree = tree_id(id)?;
     let engine = context.engine(store.shared())?;
     // Scope check (and existence) before printing anything; a verification
@@ -364,7 +364,7 @@ async fn log(context: &Context, id: &str, verify: bool) -> Result<(), CliError> 
 async fn watch(context: &Context, id: &str, from: u64) -> Result<(), CliError> {
     let bin = context.bin();
     let tree = tree_id(id)?;
-    let store = context.open_store(false)?;
+    let store = context.open_store()?;
     let engine = context.engine(store.shared())?;
     let mut events = engine
         .watch(context.scope(), tree, from)
@@ -399,7 +399,7 @@ async fn answer(
         .parse()
         .map_err(|error| CliError::argument(format!("{wait:?} is not a wait id: {error}")))?;
     let payload = json(answer, "the answer")?;
-    let store = context.open_store(false)?;
+    let store = context.open_store()?;
     let engine = context.engine(store.shared())?;
     let scope = context.scope().clone();
     let view = context
@@ -479,7 +479,7 @@ async fn cancel(
 ) -> Result<(), CliError> {
     let bin = context.bin();
     let tree = tree_id(id)?;
-    let store = context.open_store(false)?;
+    let store = context.open_store()?;
     let engine = context.engine(store.shared())?;
     let scope = context.scope().clone();
     let view = context
@@ -521,7 +521,7 @@ async fn resolve(
         .parse()
         .map_err(|error| CliError::argument(format!("{effect:?} is not an effect id: {error}")))?;
     let output = json(output, "the output")?;
-    let store = context.open_store(false)?;
+    let store = context.open_store()?;
     let engine = context.engine(store.shared())?;
     let scope = context.scope().clone();
     let view = context
@@ -572,7 +572,7 @@ async fn unknown_effects(engine: &Engine, scope: &Scope, tree: ProcessId, bin: &
 async fn recover(context: &Context, force: bool, wait: WaitArgs) -> Result<(), CliError> {
     let bin = context.bin();
     let json = context.json();
-    let store = context.open_store(false)?;
+    let store = context.open_store()?;
     let scopes: BTreeMap<ProcessId, Scope> = store
         .shared()
         .list(ListFilter::default())

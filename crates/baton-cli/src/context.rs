@@ -124,9 +124,20 @@ impl Context {
         &self.interface
     }
 
-    /// Opens the store of `--store`. Only a command that writes a new tree
-    /// passes `create`; the others require the store to exist.
-    pub fn open_store(&self, create: bool) -> Result<CliStore, CliError> {
+    /// Opens the store of `--store`, which must exist: a command that
+    /// only reads or changes existing trees never creates one.
+    pub fn open_store(&self) -> Result<CliStore, CliError> {
+        self.open(false)
+    }
+
+    /// Opens the store of `--store`, creating it (the SQLite file, or the
+    /// tables of an empty PostgreSQL database) when there is none: for a
+    /// command that starts a new tree.
+    pub fn open_or_create_store(&self) -> Result<CliStore, CliError> {
+        self.open(true)
+    }
+
+    fn open(&self, create: bool) -> Result<CliStore, CliError> {
         let missing = format!(
             "pass --store, or create one with `{} start PROGRAM JSON`",
             self.bin

@@ -237,6 +237,9 @@ impl Explain for StartError {
             StartError::UnknownProgram { .. } | StartError::Unregistered { .. } => {
                 Some(format!("`{bin} programs` lists the programs this command line can start"))
             }
+            StartError::Input(_) => Some(format!(
+                "nothing was written; `{bin} programs --json` shows each program's input_schema"
+            )),
             StartError::Conflict { .. } => Some(
                 "choose another --id, or start with the same program and input to get that tree back"
                     .to_owned(),

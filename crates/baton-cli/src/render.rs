@@ -72,6 +72,8 @@ pub fn programs(programs: &[Program], as_json: bool) -> String {
                 "name": reference.name.to_string(),
                 "digest": reference.digest.to_string(),
                 "description": program.descriptor().description(),
+                "input_schema": program.descriptor().input_schema().json().to_value(),
+                "output_schema": program.descriptor().output_schema().json().to_value(),
             })
         }));
     }

@@ -90,7 +90,7 @@ pub async fn run(context: &Context, args: DemoArgs) -> Result<(), CliError> {
     if args.hold && !args.pause && args.crash_at.is_none() {
         return Err(CliError::argument("--hold needs --pause or --crash-at"));
     }
-    let store = context.open_store(true)?;
+    let store = context.open_or_create_store()?;
     let scope = context.scope().clone();
     let json = context.json();
     if let (Some(scenario), Some(crash_at)) = (args.scenario, args.crash_at) {
