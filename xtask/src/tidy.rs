@@ -11,7 +11,8 @@
 //! - every member manifest takes each dependency from the workspace (`workspace = true`) and
 //!   inherits the workspace lints (`[lints]` with `workspace = true`);
 //! - no code under [`SLEEP_FREE`] (the command line, the examples and the guides' code blocks)
-//!   calls `sleep`, tests excepted: they await what the engine offers instead of polling.
+//!   calls `sleep` or `yield_now`, tests excepted: they await what the engine offers instead of
+//!   polling.
 //!
 //! `cargo xtask tidy` and the `tidy` step of `cargo xtask ci` call [`run`]; so does the test
 //! `workspace_is_tidy` below, which makes plain `cargo test` enforce the same rules.
@@ -517,7 +518,8 @@ pub fn check_file_length(shown: &str, source: &str) -> Vec<Violation> {
 }
 
 /// Checks that a Rust source of [`SLEEP_FREE`] calls no `sleep` (`thread::sleep`,
-/// `tokio::time::sleep`, `sleep_until`, any `sleep(`) before its first `#[cfg(test)]` line.
+/// `tokio::time::sleep`, `sleep_until`, any `sleep(`) and no `yield_now` (the other half of a
+/// polling loop) before its first `#[cfg(test)]` line.
 pub fn check_no_sleep(shown: &str, source: &str) -> Vec<Violation> {
     source
         .lines()
@@ -547,16 +549,18 @@ fn sleep_violation(shown: &str, line: usize) -> Violation {
     Violation::new(
         format!("{shown}:{line}"),
         "no-sleep",
-        "a sleep here is polling: await the engine's condition instead (`ProcessHandle::until`, \
-         `Engine::until`), or a channel or the engine's events",
+        "a sleep or a yield here is polling: await the engine's condition instead \
+         (`ProcessHandle::until`, `Engine::until`), or a channel, `Engine::watch` or the engine's \
+         events",
     )
 }
 
 /// Whether a line's code (before any `//` comment) calls or names a sleep: `thread::sleep`,
-/// `time::sleep`, or the word `sleep` or `sleep_until` followed by `(`.
+/// `time::sleep`, the word `sleep` or `sleep_until` followed by `(`, or `yield_now`.
 fn sleeps(line: &str) -> bool {
     let code = line.split("//").next().unwrap_or_default();
-    if code.contains("thread::sleep") || code.contains("time::sleep") {
+    if code.contains("thread::sleep") || code.contains("time::sleep") || code.contains("yield_now")
+    {
         return true;
     }
     let is_ident = |c: char| c.is_alphanumeric() || c == '_';
@@ -1100,14 +1104,16 @@ mod tests {
     #[test]
     fn sleeps_outside_tests_are_found() {
         let nap = concat!("sle", "ep");
+        let spin = concat!("yield", "_now");
         let source = format!(
             "fn a() {{\n    std::thread::{nap}(d);\n}}\nasync fn b() {{ tokio::time::{nap}(d).await }}\n\
              async fn c() {{ {nap}_until(t).await }}\nfn d() {{ let {nap}: Sleep = Sleep::Awake; }}\n\
-             // we {nap}(nothing) in a comment\n#[cfg(test)]\nmod tests {{ fn e() {{ {nap}(d) }} }}\n"
+             // we {nap}(nothing) in a comment\nasync fn f() {{ tokio::task::{spin}().await }}\n\
+             #[cfg(test)]\nmod tests {{ fn e() {{ {nap}(d) }} }}\n"
         );
         let violations = check_no_sleep("f.rs", &source);
         let lines: Vec<&str> = violations.iter().map(|v| v.subject.as_str()).collect();
-        assert_eq!(lines, ["f.rs:2", "f.rs:4", "f.rs:5"]);
+        assert_eq!(lines, ["f.rs:2", "f.rs:4", "f.rs:5", "f.rs:8"]);
         assert!(violations.iter().all(|v| v.rule == "no-sleep"));
     }
 
