@@ -527,14 +527,14 @@ fn timeout_stops_waiting_and_the_tree_continues_on_recover() {
     let output = host.run(&[
         "start",
         "acme.charge",
-        r#"{"order":"o-4","amount_cents":100,"delay_ms":1000}"#,
+        r#"{"order":"o-4","amount_cents":100,"delay_ms":2500}"#,
         "--timeout",
-        "200ms",
+        "1s",
     ]);
     assert_eq!(output.status.code(), Some(1));
     let error = error_line(&output.stderr);
     assert!(
-        error.starts_with("error: stopped waiting after --timeout 200ms before tree p_"),
+        error.starts_with("error: stopped waiting after --timeout 1s before tree p_"),
         "{error}"
     );
     assert_eq!(host.ledger().len(), 1, "the call settled within the grace");
