@@ -261,8 +261,11 @@ async fn start(
             if matches!(started, Started::Existing(_)) && !context.json() {
                 emitln!("(start id {key} names an existing tree: {tree})");
             }
+            // The handle stays held while the tree is driven, so the engine
+            // keeps the tree in memory instead of loading it again.
+            let view = finish(engine, &scope, tree, drive, bin).await;
             drop(started);
-            finish(engine, &scope, tree, drive, bin).await
+            view
         })
         .await?;
     print_outcome(context, &view, drive);
@@ -496,8 +499,9 @@ async fn cancel(
                     None => error.explain(bin),
                 }
             })?;
+            let view = finish(engine, &scope, tree, drive, bin).await;
             drop(handle);
-            finish(engine, &scope, tree, drive, bin).await
+            view
         })
         .await?;
     if drive.detach && !context.json() {
