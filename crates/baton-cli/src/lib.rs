@@ -113,6 +113,20 @@ pub fn main(registry: Registry) -> ExitCode {
     })
 }
 
+/// Sends the engine's `tracing` events to stderr, filtered by `RUST_LOG`
+/// (for example `RUST_LOG=baton_run=debug`); warnings only when it is
+/// unset or invalid, so ordinary output stays clean. A host that installed
+/// its own subscriber keeps it.
+fn install_log() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
 /// Runs `body` with a [`Context`] on a fresh runtime, with SIGINT and
 /// SIGTERM handled, and turns its result into an exit status, printing a
 /// failure as one line on stderr. `interface` is the host's whole parser
@@ -123,6 +137,7 @@ pub fn execute(
     interface: clap::Command,
     body: impl AsyncFnOnce(&Context) -> Result<(), CliError>,
 ) -> ExitCode {
+    install_log();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
