@@ -51,6 +51,11 @@ pub enum Command {
     Inspect {
         /// The tree (its root process id, `p_…`).
         id: String,
+        /// Show usage by agent instead: what each process used (steps,
+        /// effects, signals and meters such as tokens and cost), itself
+        /// and with its subtree, and the totals by program.
+        #[arg(long)]
+        usage: bool,
     },
     /// Print a tree's log.
     Log {
@@ -166,14 +171,18 @@ pub async fn run(context: &Context, command: Command) -> Result<(), CliError> {
             Ok(())
         }
         Command::Ps { status, tenant } => ps(context, status, tenant).await,
-        Command::Inspect { id } => {
+        Command::Inspect { id, usage } => {
             let store = context.open_store()?;
             let engine = context.engine(store.shared())?;
             let view = engine
                 .inspect(context.scope(), tree_id(&id)?, Visibility::Public)
                 .await
                 .map_err(|error| error.explain(context.bin()))?;
-            emit(&render::tree(&view, context.json(), context.bin()));
+            if usage {
+                emit(&render::usage(&view.usage(), context.json()));
+            } else {
+                emit(&render::tree(&view, context.json(), context.bin()));
+            }
             Ok(())
         }
         Command::Log { id, verify } => log(context, &id, verify).await,

@@ -4,7 +4,9 @@ use std::fmt::Write as _;
 
 use baton::run::log::Record;
 use baton::run::store::TreeMeta;
-use baton::run::{Dimension, ProcessView, Program, Quota, TreeView, Verification, WatchEvent};
+use baton::run::{
+    Dimension, ProcessView, Program, Quota, TreeView, UsageReport, Verification, WatchEvent,
+};
 use comfy_table::{CellAlignment, Table};
 use serde_json::{Value, json};
 
@@ -61,6 +63,76 @@ pub fn ps(trees: &[TreeMeta], as_json: bool) -> String {
         })
         .collect();
     table(&["TREE", "SCOPE", "STATUS", "UPDATED"], &[], rows)
+}
+
+/// `inspect --usage`: what each process used, itself and with its
+/// subtree, then the totals by program and for the tree; `--json` prints
+/// the `UsageReport`.
+pub fn usage(report: &UsageReport, as_json: bool) -> String {
+    if as_json {
+        return format!(
+            "{}\n",
+            serde_json::to_string(report).expect("a usage report encodes")
+        );
+    }
+    // Every meter any process used is a column, in name order.
+    let meters: std::collections::BTreeSet<_> = report.total.meters.keys().cloned().collect();
+    let amounts = |usage: &baton::run::Usage| -> Vec<String> {
+        let mut cells = vec![
+            usage.steps.to_string(),
+            usage.effects.to_string(),
+            usage.signals.to_string(),
+        ];
+        cells.extend(
+            meters
+                .iter()
+                .map(|meter| usage.meters.get(meter).copied().unwrap_or(0).to_string()),
+        );
+        cells
+    };
+    let mut header = vec!["PROCESS", "PROGRAM", "STEPS", "EFFECTS", "SIGNALS"];
+    let names: Vec<String> = meters.iter().map(|m| m.as_str().to_uppercase()).collect();
+    header.extend(names.iter().map(String::as_str));
+    let right: Vec<usize> = (2..header.len()).collect();
+    let mut ordered: Vec<_> = report.processes.iter().collect();
+    ordered.sort_by(|a, b| a.path.cmp(&b.path));
+    let rows = ordered
+        .into_iter()
+        .map(|row| {
+            let place = if row.path.is_empty() {
+                "root".to_owned()
+            } else {
+                row.path
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("/")
+            };
+            let mut cells = vec![place, row.program.to_string()];
+            cells.extend(amounts(&row.own));
+            cells
+        })
+        .collect();
+    let mut out = format!("usage of tree {} by process (its own use):\n", report.tree);
+    out.push_str(&table(&header, &right, rows));
+    out.push_str("\nby program:\n");
+    let mut header = vec!["PROGRAM", "PROCESSES", "STEPS", "EFFECTS", "SIGNALS"];
+    header.extend(names.iter().map(String::as_str));
+    let right: Vec<usize> = (1..header.len()).collect();
+    let mut rows: Vec<Vec<String>> = report
+        .programs
+        .iter()
+        .map(|(name, program)| {
+            let mut cells = vec![name.to_string(), program.processes.to_string()];
+            cells.extend(amounts(&program.usage));
+            cells
+        })
+        .collect();
+    let mut total = vec!["(tree)".to_owned(), report.processes.len().to_string()];
+    total.extend(amounts(&report.total));
+    rows.push(total);
+    out.push_str(&table(&header, &right, rows));
+    out
 }
 
 /// `programs`: each registered program, newest version of a name last.

@@ -67,6 +67,7 @@ pub use engine::{
     TreeCapture, TreeError, TreeView, Verification, Visibility, WaitView, Watch, WatchEvent,
     WatchKind,
 };
+pub use engine::{ProcessUsage, ProgramUsage, UsageReport};
 pub use failure::{Cause, Failure, FailureKind, Status, Termination};
 pub use ids::{
     ChildKey, EffectId, IdError, Name, ProcessId, Scope, SignalId, StartId, StartKey, TreeId,

@@ -28,6 +28,7 @@ mod round;
 mod shared;
 mod spare;
 mod state;
+mod usage;
 mod view;
 mod watch;
 
@@ -50,6 +51,7 @@ use crate::storage::{ListFilter, Store, StoreError, TreeLoad, TreeStatus};
 pub use config::{ConfigError, EngineConfig, Sleep};
 pub use error::{ControlError, OutputError, RuntimeError, SignalError, StartError, TreeError};
 pub use handle::{Condition, ProcessHandle, Started};
+pub use usage::{ProcessUsage, ProgramUsage, UsageReport};
 pub use view::{
     EffectView, Event, EventKind, ProcessView, TreeCapture, TreeView, Visibility, WaitView,
 };

@@ -257,3 +257,73 @@ async fn a_crash_at_any_commit_resumes_to_the_same_output_without_repeating_a_mo
     let crashes = crash_everywhere(reviewers, answer, "the diff").await;
     assert!(crashes >= 15, "{crashes} crashes checked");
 }
+
+#[tokio::test]
+async fn usage_by_agent_sums_exactly_to_what_the_models_reported() {
+    // Each agent's model reports its own usage; the merger reports 50 in, 5 out.
+    let usage_of = |request: &Request| -> baton_agent::Usage {
+        let (input, output) = match system(request).as_str() {
+            "You are security." => (11, 1),
+            "You are style." => (12, 2),
+            "You are tests." => (13, 3),
+            "You are docs." => (14, 4),
+            _ => (50, 5),
+        };
+        baton_agent::Usage {
+            input_tokens: input,
+            output_tokens: output,
+            ..baton_agent::Usage::default()
+        }
+    };
+    let models =
+        Models::new(move |request| answer(request).map(|r| r.with_usage(usage_of(request))));
+    let (engine, handle, ended) = run(&reviewers(&models), "usage", work("the diff")).await;
+    assert_eq!(ended.status(), Status::Completed, "{ended:?}");
+    let view = engine
+        .inspect(&scope(), handle.tree(), baton_run::Visibility::Public)
+        .await
+        .expect("inspects");
+    let report = view.usage();
+    let meter = |usage: &baton_run::Usage, name: &str| {
+        usage
+            .meters
+            .get(&baton_run::Name::new(name).expect("valid"))
+            .copied()
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        meter(&report.total, baton_agent::TOKENS_IN),
+        11 + 12 + 13 + 14 + 50
+    );
+    assert_eq!(
+        meter(&report.total, baton_agent::TOKENS_OUT),
+        1 + 2 + 3 + 4 + 5
+    );
+    assert_eq!(meter(&report.total, baton_agent::TOKENS), 100 + 15);
+    // Each model call is charged to the process that made it, once.
+    let mut per_call: Vec<u64> = report
+        .processes
+        .iter()
+        .map(|row| meter(&row.own, baton_agent::TOKENS_IN))
+        .filter(|tokens| *tokens > 0)
+        .collect();
+    per_call.sort_unstable();
+    assert_eq!(per_call, vec![11, 12, 13, 14, 50]);
+    // The roll-ups agree with the rows: the root's subtree is the whole
+    // tree, and the programs together are the total.
+    assert_eq!(report.processes[0].subtree, report.total);
+    let by_program: u64 = report
+        .programs
+        .values()
+        .map(|program| meter(&program.usage, baton_agent::TOKENS_IN))
+        .sum();
+    assert_eq!(by_program, 100);
+    let steps: u64 = report.processes.iter().map(|row| row.own.steps).sum();
+    assert_eq!(steps, report.total.steps);
+    let named = report
+        .processes
+        .iter()
+        .find(|row| meter(&row.own, baton_agent::TOKENS_IN) == 11)
+        .expect("the security agent's call");
+    assert!(!named.path.is_empty(), "a worker sits below the root");
+}
