@@ -51,6 +51,7 @@ mod digest;
 mod engine;
 mod failure;
 mod ids;
+mod labels;
 pub mod log;
 mod payload;
 mod pieces;
@@ -61,18 +62,22 @@ pub use budget::{Budget, Capabilities, Dimension, Meters, Quota, TreeLimits, Usa
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use digest::{Digest, DigestParseError};
 pub use engine::{
-    ConfigError, ControlError, EffectView, Engine, EngineConfig, Event, EventKind, OutputError,
+    ConfigError, ControlError, EffectView, Engine, EngineConfig, Event, EventKind, IdentityPart,
+    OutputError,
     ProcessHandle, ProcessView, RecoverOptions, RuntimeError, SignalError, SignalReceipt,
     SignalRequest, Sleep, StartError, StartRequest, Started, TreeCapture, TreeError, TreeView,
-    Verification, Visibility, WaitView,
+    Verification, VersionMismatch, Visibility, WaitView,
 };
 pub use failure::{Cause, Failure, FailureKind, Status, Termination};
 pub use ids::{
     ChildKey, EffectId, IdError, Name, ProcessId, Scope, SignalId, StartId, StartKey, TreeId,
     WaitId,
 };
+pub use labels::{
+    LabelError, LabelKey, Labels, MAX_LABEL_KEY_BYTES, MAX_LABEL_VALUE_BYTES, MAX_LABELS,
+};
 pub use payload::{Payload, PayloadError};
-pub use protocol::{BoxFuture, Program, ProgramRef, Settlement};
+pub use protocol::{BoxFuture, Program, ProgramRef, ProgramVersion, Settlement};
 pub use storage::MemoryStore;
 
 /// What a program's author implements and returns: the step protocol
@@ -116,7 +121,8 @@ pub mod dispatch {
 pub mod store {
     pub use crate::pieces::split_pieces;
     pub use crate::storage::{
-        AcquireRequest, Acquired, Append, AppendOutcome, ErrorSource, Lease, ListFilter, Listing,
-        Store, StoreError, TreeLoad, TreeMeta, TreeStatus, UnreadableRow,
+        AcquireRequest, Acquired, Append, AppendOutcome, CursorError, ErrorSource, Lease,
+        ListCursor, ListFilter, Listing, Store, StoreError, TreeLoad, TreeMeta, TreeStatus,
+        UnreadableRow,
     };
 }

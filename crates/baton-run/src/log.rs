@@ -14,6 +14,7 @@ use crate::clock::Timestamp;
 use crate::digest::{Digest, Purpose};
 use crate::failure::{Cause, Failure, Termination};
 use crate::ids::{ChildKey, EffectId, ProcessId, StartId};
+use crate::labels::Labels;
 use crate::payload::Payload;
 use crate::protocol::{ExecutionState, ProgramRef, Settlement, Signal, Transition};
 
@@ -117,6 +118,13 @@ pub enum RecordBody {
         /// The tree's limits (absent: the defaults).
         #[serde(default, skip_serializing_if = "is_default_limits")]
         limits: TreeLimits,
+        /// When the tree was started (engine clock; absent in logs written
+        /// before starts recorded it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        created: Option<Timestamp>,
+        /// The labels the host gave the start (absent: none).
+        #[serde(default, skip_serializing_if = "Labels::is_empty")]
+        labels: Labels,
         /// The state `Definition::start` produced (after a restore round trip).
         state: ExecutionState,
     },

@@ -15,8 +15,9 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Timestamp;
 use crate::digest::Digest;
 use crate::ids::{Scope, TreeId};
+use crate::labels::Labels;
 use crate::log::{Record, Snapshot};
-use crate::protocol::BoxFuture;
+use crate::protocol::{BoxFuture, ProgramVersion};
 
 /// Where a tree stands, as listed by a store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -51,6 +52,10 @@ impl fmt::Display for TreeStatus {
 }
 
 /// What a store keeps about a tree beside its log, for listing.
+///
+/// A store writes what each [`Append`] carries; the engine sends the same
+/// `program`, `labels` and `created` with every append of a tree (they are
+/// facts of its start), and a new `status` and `updated`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TreeMeta {
     /// The tree (its root process).
@@ -61,6 +66,34 @@ pub struct TreeMeta {
     pub status: TreeStatus,
     /// When the last append was made (engine clock).
     pub updated: Timestamp,
+    /// The root's program and its exact version; `None` only for a tree a
+    /// store migrated from a schema that did not keep it, until the tree's
+    /// next append.
+    #[serde(default)]
+    pub program: Option<ProgramVersion>,
+    /// The labels the tree was started with.
+    #[serde(default)]
+    pub labels: Labels,
+    /// When the tree was started (engine clock); `None` for a tree started
+    /// before the engine recorded it.
+    #[serde(default)]
+    pub created: Option<Timestamp>,
+}
+
+impl TreeMeta {
+    /// Metadata with a status and a time only: no program, labels or
+    /// creation time (for tests and tools that write trees by hand).
+    pub fn new(tree: TreeId, scope: Scope, status: TreeStatus, updated: Timestamp) -> TreeMeta {
+        TreeMeta {
+            tree,
+            scope,
+            status,
+            updated,
+            program: None,
+            labels: Labels::new(),
+            created: None,
+        }
+    }
 }
 
 /// A writer's lease on a tree.
@@ -305,13 +338,118 @@ impl PartialEq for ErrorSource {
 
 impl Eq for ErrorSource {}
 
-/// Which trees to list.
+/// Which trees to list, and which page of them.
+///
+/// Trees are listed in tree-id order. A page holds at most `limit` rows
+/// (readable or not) after the `after` cursor; [`Listing::next`] is the
+/// cursor of the page that follows, so paging from `after: None` until
+/// `next` is `None` visits every tree that existed throughout, each once,
+/// even while trees are added.
 #[derive(Clone, Debug, Default)]
 pub struct ListFilter {
     /// Only trees with this status.
     pub status: Option<TreeStatus>,
     /// Only trees in this scope.
     pub scope: Option<Scope>,
+    /// Only trees carrying every one of these labels (an empty set selects
+    /// every tree).
+    pub labels: Labels,
+    /// At most this many rows; `None` lists every match.
+    pub limit: Option<std::num::NonZeroU32>,
+    /// Only rows after this cursor (from an earlier [`Listing::next`]).
+    pub after: Option<ListCursor>,
+}
+
+impl ListFilter {
+    /// Whether a tree's metadata passes the status, scope and label
+    /// filters (not the page bounds).
+    pub fn matches(&self, meta: &TreeMeta) -> bool {
+        self.status.is_none_or(|status| meta.status == status)
+            && self.scope.as_ref().is_none_or(|scope| &meta.scope == scope)
+            && meta.labels.contains_all(&self.labels)
+    }
+}
+
+/// Where a listing's page ends: opaque to hosts, which pass it back as
+/// [`ListFilter::after`] for the next page. Its text is safe to put in a
+/// URL or on a command line.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ListCursor(String);
+
+/// A cursor text that no listing made.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("store.cursor.invalid: {text:?} is not a listing cursor")]
+pub struct CursorError {
+    /// The refused text (at most 80 characters of it).
+    pub text: String,
+}
+
+impl CursorError {
+    /// Stable code.
+    pub fn code(&self) -> &'static str {
+        "store.cursor.invalid"
+    }
+}
+
+impl ListCursor {
+    /// The cursor after a stored tree row, by the row's id as stored (for
+    /// store implementations).
+    pub fn after_row(id: impl Into<String>) -> ListCursor {
+        ListCursor(id.into())
+    }
+
+    /// The cursor after a tree.
+    pub fn after_tree(tree: TreeId) -> ListCursor {
+        ListCursor(tree.to_string())
+    }
+
+    /// The stored row id this cursor follows (for store implementations:
+    /// a page after it starts at the first row whose id text is greater,
+    /// compared byte by byte).
+    pub fn row(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ListCursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for ListCursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ListCursor({:?})", self.0)
+    }
+}
+
+impl std::str::FromStr for ListCursor {
+    type Err = CursorError;
+    fn from_str(text: &str) -> Result<ListCursor, CursorError> {
+        let ok = !text.is_empty()
+            && text.len() <= 256
+            && text.bytes().all(|b| b.is_ascii_graphic());
+        if ok {
+            Ok(ListCursor(text.to_owned()))
+        } else {
+            Err(CursorError {
+                text: text.chars().take(80).collect(),
+            })
+        }
+    }
+}
+
+impl Serialize for ListCursor {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for ListCursor {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<ListCursor, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 /// What [`Store::list`] found: the trees it could read, and the rows it
@@ -323,6 +461,41 @@ pub struct Listing {
     pub trees: Vec<TreeMeta>,
     /// Rows that do not read back.
     pub unreadable: Vec<UnreadableRow>,
+    /// The cursor of the next page, when the filter's `limit` cut this one
+    /// short; `None` when no row follows.
+    pub next: Option<ListCursor>,
+}
+
+impl Listing {
+    /// Cuts a complete, id-ordered listing of `rows` down to the page
+    /// `filter` asks for (for store implementations that list in memory).
+    pub fn page(rows: Vec<Result<TreeMeta, UnreadableRow>>, filter: &ListFilter) -> Listing {
+        let mut listing = Listing::default();
+        let after = filter.after.as_ref().map(ListCursor::row);
+        let limit = filter.limit.map_or(usize::MAX, |limit| limit.get() as usize);
+        let mut taken = 0usize;
+        let mut last: Option<String> = None;
+        for row in rows {
+            let id = match &row {
+                Ok(meta) => meta.tree.to_string(),
+                Err(unreadable) => unreadable.id.clone(),
+            };
+            if after.is_some_and(|after| id.as_str() <= after) {
+                continue;
+            }
+            if taken == limit {
+                listing.next = last.map(ListCursor::after_row);
+                break;
+            }
+            taken += 1;
+            last = Some(id);
+            match row {
+                Ok(meta) => listing.trees.push(meta),
+                Err(unreadable) => listing.unreadable.push(unreadable),
+            }
+        }
+        listing
+    }
 }
 
 /// A stored row of a tree that does not read back.
@@ -381,9 +554,11 @@ pub trait Store: Send + Sync + 'static {
     /// Gives up a lease (no-op if the token is not current).
     fn release(&self, tree: TreeId, token: u64) -> BoxFuture<'_, Result<(), StoreError>>;
 
-    /// Lists trees with committed records, sorted by tree id; a row that
-    /// does not read back is reported in [`Listing::unreadable`], not as an
-    /// error of the whole listing.
+    /// Lists trees with committed records that pass `filter`, sorted by
+    /// tree id, one page at a time when `filter` sets a limit (see
+    /// [`ListFilter`]); a row that does not read back is reported in
+    /// [`Listing::unreadable`], not as an error of the whole listing, and
+    /// counts towards the page.
     fn list(&self, filter: ListFilter) -> BoxFuture<'_, Result<Listing, StoreError>>;
 }
 
@@ -704,19 +879,14 @@ impl Store for MemoryStore {
     }
 
     fn list(&self, filter: ListFilter) -> BoxFuture<'_, Result<Listing, StoreError>> {
-        let result = self.with(|trees| Listing {
-            trees: trees
+        let result = self.with(|trees| {
+            let rows = trees
                 .values()
-                .filter_map(|entry| entry.meta.clone())
-                .filter(|meta| filter.status.is_none_or(|status| meta.status == status))
-                .filter(|meta| {
-                    filter
-                        .scope
-                        .as_ref()
-                        .is_none_or(|scope| &meta.scope == scope)
-                })
-                .collect(),
-            unreadable: Vec::new(),
+                .filter_map(|entry| entry.meta.as_ref())
+                .filter(|meta| filter.matches(meta))
+                .map(|meta| Ok(meta.clone()))
+                .collect();
+            Listing::page(rows, &filter)
         });
         Box::pin(std::future::ready(result))
     }

@@ -93,12 +93,7 @@ async fn granted(store: &dyn Store, request: AcquireRequest, case: &str) -> (Lea
 }
 
 fn meta(tree: TreeId, scope: &str, status: TreeStatus, updated: u64) -> TreeMeta {
-    TreeMeta {
-        tree,
-        scope: Scope::new(scope).expect("valid scope"),
-        status,
-        updated: Timestamp(updated),
-    }
+    TreeMeta::new(tree, Scope::new(scope).expect("valid scope"), status, Timestamp(updated))
 }
 
 /// A valid record whose body carries `content` (so sizes can vary).
@@ -605,6 +600,7 @@ async fn listing(store: Arc<dyn Store>) {
         let filter = ListFilter {
             status,
             scope: scope.map(|s| Scope::new(s).expect("valid scope")),
+            ..ListFilter::default()
         };
         async move {
             let listing = store

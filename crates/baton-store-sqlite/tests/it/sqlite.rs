@@ -36,12 +36,7 @@ async fn lease(store: &SqliteStore, tree: TreeId) -> u64 {
 }
 
 fn meta(tree: TreeId, status: TreeStatus, updated: u64) -> TreeMeta {
-    TreeMeta {
-        tree,
-        scope: Scope::new("acme").expect("valid"),
-        status,
-        updated: Timestamp(updated),
-    }
+    TreeMeta::new(tree, Scope::new("acme").expect("valid"), status, Timestamp(updated))
 }
 
 /// A step record carrying `state` as the process's execution state.
