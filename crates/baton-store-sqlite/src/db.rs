@@ -828,7 +828,15 @@ mod fuzz {
                 prop_assert!(refused(&error), "{error}");
             }
             if let Ok(tree) = text.parse::<TreeId>()
-                && let Err(error) = meta_of(tree, Some(text.clone()), Some(text.clone()), Some(number))
+                && let Err(error) = meta_of(tree, MetaColumns {
+                    scope: Some(text.clone()),
+                    status: Some(text.clone()),
+                    updated: Some(number),
+                    program_name: Some(text.clone()),
+                    program_digest: Some(bytes.clone()),
+                    created: Some(number),
+                    labels: Some(text.clone()),
+                })
             {
                 prop_assert!(refused(&error), "{error}");
             }
