@@ -20,7 +20,8 @@ pub const MAX_LABEL_KEY_BYTES: usize = 63;
 /// The longest label value, in bytes.
 pub const MAX_LABEL_VALUE_BYTES: usize = 256;
 
-const KEY_RULE: &str = "expected 1 to 63 characters from a-z 0-9 . _ -, starting with a letter or digit";
+const KEY_RULE: &str =
+    "expected 1 to 63 characters from a-z 0-9 . _ -, starting with a letter or digit";
 
 /// Why labels were refused. The refused key or value is handed back.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -364,7 +365,8 @@ mod tests {
 
     #[test]
     fn pairs_parse_and_conflicting_duplicates_are_refused() {
-        let labels = Labels::parse_pairs(["team=billing", "env=a=b", "team=billing"]).expect("valid");
+        let labels =
+            Labels::parse_pairs(["team=billing", "env=a=b", "team=billing"]).expect("valid");
         assert_eq!(labels.get("team"), Some("billing"));
         assert_eq!(labels.get("env"), Some("a=b"));
         assert_eq!(labels.to_string(), "env=a=b,team=billing");

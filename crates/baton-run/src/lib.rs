@@ -65,8 +65,8 @@ pub use engine::{
     Condition, ConfigError, ControlError, EffectView, Engine, EngineConfig, Event, EventKind,
     Events, EventsError, IdentityPart, OutputError, ProcessHandle, ProcessView, RecoverOptions,
     RuntimeError, SignalError, SignalReceipt, SignalRequest, Sleep, StartError, StartRequest,
-    Started, TreeCapture, TreeError, TreeView, Verification, VersionMismatch, Visibility,
-    WaitView, Watch, WatchEvent, WatchKind,
+    Started, TreeCapture, TreeError, TreeView, Verification, VersionMismatch, Visibility, WaitView,
+    Watch, WatchEvent, WatchKind,
 };
 pub use failure::{Cause, Failure, FailureKind, Status, Termination};
 pub use ids::{

@@ -426,9 +426,8 @@ impl fmt::Debug for ListCursor {
 impl std::str::FromStr for ListCursor {
     type Err = CursorError;
     fn from_str(text: &str) -> Result<ListCursor, CursorError> {
-        let ok = !text.is_empty()
-            && text.len() <= 256
-            && text.bytes().all(|b| b.is_ascii_graphic());
+        let ok =
+            !text.is_empty() && text.len() <= 256 && text.bytes().all(|b| b.is_ascii_graphic());
         if ok {
             Ok(ListCursor(text.to_owned()))
         } else {
@@ -472,7 +471,9 @@ impl Listing {
     pub fn page(rows: Vec<Result<TreeMeta, UnreadableRow>>, filter: &ListFilter) -> Listing {
         let mut listing = Listing::default();
         let after = filter.after.as_ref().map(ListCursor::row);
-        let limit = filter.limit.map_or(usize::MAX, |limit| limit.get() as usize);
+        let limit = filter
+            .limit
+            .map_or(usize::MAX, |limit| limit.get() as usize);
         let mut taken = 0usize;
         let mut last: Option<String> = None;
         for row in rows {

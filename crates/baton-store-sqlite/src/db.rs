@@ -228,8 +228,7 @@ pub(crate) struct MetaColumns {
 }
 
 /// The listing columns, in [`MetaColumns`] order, for a `SELECT`.
-const META_COLUMNS: &str =
-    "scope, status, updated, program_name, program_digest, created, labels";
+const META_COLUMNS: &str = "scope, status, updated, program_name, program_digest, created, labels";
 
 impl MetaColumns {
     /// Reads the listing columns starting at column `at`.
@@ -258,7 +257,11 @@ fn meta_of(tree: TreeId, columns: MetaColumns) -> Result<Option<TreeMeta>, Store
             digest: digest(&bytes)?,
         }),
         (None, None) => None,
-        _ => return Err(corrupt(format!("tree {tree}: its program columns are partly missing"))),
+        _ => {
+            return Err(corrupt(format!(
+                "tree {tree}: its program columns are partly missing"
+            )));
+        }
     };
     let labels = match columns.labels {
         Some(text) => Labels::from_json(&text)

@@ -67,13 +67,21 @@ pub async fn migrated_store_conformance(store: Arc<dyn Store>, old: &StoredTree)
         "{case}: the records load back"
     );
     for (loaded, stored) in load.records.iter().zip(&old.records) {
-        assert_eq!(loaded.body, stored.body, "{case}: record {} byte for byte", stored.seq);
+        assert_eq!(
+            loaded.body, stored.body,
+            "{case}: record {} byte for byte",
+            stored.seq
+        );
     }
     let listing = store
         .list(ListFilter::default())
         .await
         .unwrap_or_else(|error| panic!("{case}: list failed: {error}"));
-    assert!(listing.unreadable.is_empty(), "{case}: {:?}", listing.unreadable);
+    assert!(
+        listing.unreadable.is_empty(),
+        "{case}: {:?}",
+        listing.unreadable
+    );
     assert_eq!(listing.trees.len(), 1, "{case}: the one tree lists");
     let meta = &listing.trees[0];
     assert_eq!(
@@ -93,7 +101,10 @@ pub async fn migrated_store_conformance(store: Arc<dyn Store>, old: &StoredTree)
         })
         .await
         .unwrap_or_else(|error| panic!("{case}: list failed: {error}"));
-    assert!(selected.trees.is_empty(), "{case}: an unlabeled tree matches no label");
+    assert!(
+        selected.trees.is_empty(),
+        "{case}: an unlabeled tree matches no label"
+    );
     let page = store
         .list(ListFilter {
             limit: std::num::NonZeroU32::new(1),
@@ -127,7 +138,12 @@ pub async fn migrated_store_conformance(store: Arc<dyn Store>, old: &StoredTree)
         .map(|wait| wait.id)
         .unwrap_or_else(|| panic!("{case}: the migrated tree waits for its answer"));
     engine
-        .answer(&scope, old.tree, wait, Payload::encode(&json!(true)).expect("encodes"))
+        .answer(
+            &scope,
+            old.tree,
+            wait,
+            Payload::encode(&json!(true)).expect("encodes"),
+        )
         .await
         .unwrap_or_else(|error| panic!("{case}: answer failed: {error}"));
     let handle: baton_run::ProcessHandle = engine
@@ -138,7 +154,11 @@ pub async fn migrated_store_conformance(store: Arc<dyn Store>, old: &StoredTree)
         .await_result()
         .await
         .unwrap_or_else(|error| panic!("{case}: the tree stopped: {error}"));
-    assert_eq!(termination.status(), Status::Completed, "{case}: it completes");
+    assert_eq!(
+        termination.status(),
+        Status::Completed,
+        "{case}: it completes"
+    );
     engine.close().await;
     let listing = store
         .list(ListFilter::default())

@@ -5,19 +5,19 @@ use std::time::Duration;
 
 use baton_run::dispatch::ReplayPolicy;
 use baton_run::log::{Record, RecordBody, RecordKind, Snapshot, verify};
+use baton_run::program::Purpose;
 use baton_run::program::{
     Definition, Descriptor, Effect, Execution, ExecutionState, ProgramConfig, Schema, Signal,
     SignalBody, StepError, Transition, configuration_digest, implementation_digest,
 };
-use baton_run::program::Purpose;
 use baton_run::store::{
     AcquireRequest, Acquired, Append, AppendOutcome, Lease, ListCursor, ListFilter, Store,
     TreeLoad, TreeMeta, TreeStatus,
 };
 use baton_run::{
-    Digest, EffectId, Engine, EngineConfig, Labels, ManualClock, Name, Payload, ProcessId,
-    Program, ProgramVersion, RecoverOptions, RuntimeError, Scope, Settlement, StartId,
-    StartRequest, Status, Timestamp, TreeId, TreeView, Visibility,
+    Digest, EffectId, Engine, EngineConfig, Labels, ManualClock, Name, Payload, ProcessId, Program,
+    ProgramVersion, RecoverOptions, RuntimeError, Scope, Settlement, StartId, StartRequest, Status,
+    Timestamp, TreeId, TreeView, Visibility,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -107,7 +107,12 @@ async fn granted(store: &dyn Store, request: AcquireRequest, case: &str) -> (Lea
 }
 
 fn meta(tree: TreeId, scope: &str, status: TreeStatus, updated: u64) -> TreeMeta {
-    TreeMeta::new(tree, Scope::new(scope).expect("valid scope"), status, Timestamp(updated))
+    TreeMeta::new(
+        tree,
+        Scope::new(scope).expect("valid scope"),
+        status,
+        Timestamp(updated),
+    )
 }
 
 /// A valid record whose body carries `content` (so sizes can vary).
@@ -701,10 +706,30 @@ async fn list_all(store: &dyn Store, filter: ListFilter, case: &str) -> Vec<Tree
 async fn labels(store: Arc<dyn Store>) {
     let case = "labels";
     let entries = [
-        ("lb1", "acme", TreeStatus::Running, labels_of(&[("team", "billing"), ("env", "prod")])),
-        ("lb2", "acme", TreeStatus::Done, labels_of(&[("team", "billing"), ("env", "staging")])),
-        ("lb3", "other", TreeStatus::Running, labels_of(&[("team", "billing"), ("env", "prod")])),
-        ("lb4", "acme", TreeStatus::Running, labels_of(&[("team", "sales")])),
+        (
+            "lb1",
+            "acme",
+            TreeStatus::Running,
+            labels_of(&[("team", "billing"), ("env", "prod")]),
+        ),
+        (
+            "lb2",
+            "acme",
+            TreeStatus::Done,
+            labels_of(&[("team", "billing"), ("env", "staging")]),
+        ),
+        (
+            "lb3",
+            "other",
+            TreeStatus::Running,
+            labels_of(&[("team", "billing"), ("env", "prod")]),
+        ),
+        (
+            "lb4",
+            "acme",
+            TreeStatus::Running,
+            labels_of(&[("team", "sales")]),
+        ),
         ("lb5", "acme", TreeStatus::Running, Labels::new()),
     ];
     let mut metas = Vec::new();
@@ -818,9 +843,9 @@ async fn pages(
                     "{case}: only the last page is short"
                 );
                 let text = next.to_string();
-                let parsed: ListCursor = text
-                    .parse()
-                    .unwrap_or_else(|error| panic!("{case}: cursor {text:?} does not parse: {error}"));
+                let parsed: ListCursor = text.parse().unwrap_or_else(|error| {
+                    panic!("{case}: cursor {text:?} does not parse: {error}")
+                });
                 assert_eq!(parsed, next, "{case}: a cursor's text reads back");
                 after = Some(parsed);
             }
@@ -920,14 +945,21 @@ async fn engine_listing(store: Arc<dyn Store>) {
         .start(&program, other)
         .await
         .unwrap_or_else(|error| panic!("{case}: start failed: {error}"));
-    let view = view_until(&engine, tree, case, |view| view.status == TreeStatus::Waiting).await;
+    let view = view_until(&engine, tree, case, |view| {
+        view.status == TreeStatus::Waiting
+    })
+    .await;
     assert_eq!(view.labels, labels, "{case}: inspect shows the labels");
     assert_eq!(
         view.program,
         program.reference().version(),
         "{case}: inspect shows the program's exact version"
     );
-    assert_eq!(view.created, Some(Timestamp(5_000)), "{case}: inspect shows the start time");
+    assert_eq!(
+        view.created,
+        Some(Timestamp(5_000)),
+        "{case}: inspect shows the start time"
+    );
     // Starting the same id again with other labels is the same start; the
     // first labels stay.
     clock.advance(Duration::from_millis(10));
@@ -951,7 +983,11 @@ async fn engine_listing(store: Arc<dyn Store>) {
             case,
         )
         .await;
-        assert_eq!(selected.len(), 1, "{case}: {what}: only the labeled tree is selected");
+        assert_eq!(
+            selected.len(),
+            1,
+            "{case}: {what}: only the labeled tree is selected"
+        );
         let meta = &selected[0];
         assert_eq!(meta.tree, tree, "{case}: {what}: the labeled tree");
         assert_eq!(meta.status, status, "{case}: {what}: its status");
@@ -961,7 +997,11 @@ async fn engine_listing(store: Arc<dyn Store>) {
             Some(program.reference().version()),
             "{case}: {what}: its program's exact version"
         );
-        assert_eq!(meta.created, Some(Timestamp(5_000)), "{case}: {what}: its start time");
+        assert_eq!(
+            meta.created,
+            Some(Timestamp(5_000)),
+            "{case}: {what}: its start time"
+        );
     };
     expect_listed(TreeStatus::Waiting, "after the start").await;
     let wait = view
@@ -972,7 +1012,12 @@ async fn engine_listing(store: Arc<dyn Store>) {
         .unwrap_or_else(|| panic!("{case}: the tree waits for an answer"));
     clock.advance(Duration::from_millis(10));
     engine
-        .answer(&scope(), tree, wait, Payload::encode(&json!(true)).expect("encodes"))
+        .answer(
+            &scope(),
+            tree,
+            wait,
+            Payload::encode(&json!(true)).expect("encodes"),
+        )
         .await
         .unwrap_or_else(|error| panic!("{case}: answer failed: {error}"));
     handle

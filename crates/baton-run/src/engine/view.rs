@@ -5,13 +5,13 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::budget::{Budget, Usage};
+use crate::clock::Timestamp;
 use crate::digest::Digest;
 use crate::failure::{Status, Termination};
 use crate::ids::{ChildKey, EffectId, Name, ProcessId, Scope, TreeId, WaitId};
+use crate::labels::Labels;
 use crate::log::RecordBody;
 use crate::payload::Payload;
-use crate::clock::Timestamp;
-use crate::labels::Labels;
 use crate::protocol::{Effect, ProgramVersion, Settlement, Transition};
 use crate::storage::TreeStatus;
 

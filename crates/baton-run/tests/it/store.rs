@@ -21,7 +21,12 @@ fn acquire(tree: ProcessId, owner: &str, now: u64, force: bool) -> AcquireReques
 }
 
 fn meta(tree: ProcessId) -> TreeMeta {
-    TreeMeta::new(tree, Scope::new("acme").expect("valid"), TreeStatus::Running, Timestamp(0))
+    TreeMeta::new(
+        tree,
+        Scope::new("acme").expect("valid"),
+        TreeStatus::Running,
+        Timestamp(0),
+    )
 }
 
 fn record(seq: u64, prev: Digest, tree: ProcessId) -> Record {

@@ -89,7 +89,10 @@ async fn a_database_of_schema_version_1_is_migrated_and_its_trees_read_list_and_
             .expect("the tree's row")
             .get(0);
         for record in &old.records {
-            assert!(record.body.len() <= 4096, "version 1 kept small bodies inline");
+            assert!(
+                record.body.len() <= 4096,
+                "version 1 kept small bodies inline"
+            );
             client
                 .execute(
                     "INSERT INTO baton_records (tree, seq, kind, prev, hash, body)

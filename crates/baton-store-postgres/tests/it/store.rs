@@ -60,7 +60,12 @@ async fn lease(store: &PostgresStore, tree: TreeId) -> u64 {
 }
 
 fn meta(tree: TreeId, status: TreeStatus, updated: u64) -> TreeMeta {
-    TreeMeta::new(tree, Scope::new("acme").expect("valid"), status, Timestamp(updated))
+    TreeMeta::new(
+        tree,
+        Scope::new("acme").expect("valid"),
+        status,
+        Timestamp(updated),
+    )
 }
 
 fn step(tree: TreeId, seq: u64, prev: Digest, state: &str) -> Record {

@@ -36,7 +36,12 @@ async fn lease(store: &SqliteStore, tree: TreeId) -> u64 {
 }
 
 fn meta(tree: TreeId, status: TreeStatus, updated: u64) -> TreeMeta {
-    TreeMeta::new(tree, Scope::new("acme").expect("valid"), status, Timestamp(updated))
+    TreeMeta::new(
+        tree,
+        Scope::new("acme").expect("valid"),
+        status,
+        Timestamp(updated),
+    )
 }
 
 /// A step record carrying `state` as the process's execution state.
@@ -479,7 +484,10 @@ async fn a_file_of_schema_version_1_is_migrated_and_its_trees_read_list_and_go_o
         .expect("the tree's row");
         let key = conn.last_insert_rowid();
         for record in &old.records {
-            assert!(record.body.len() <= 4096, "version 1 kept small bodies inline");
+            assert!(
+                record.body.len() <= 4096,
+                "version 1 kept small bodies inline"
+            );
             conn.execute(
                 "INSERT INTO records (tree, seq, kind, prev, hash, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 rusqlite::params![
@@ -500,5 +508,8 @@ async fn a_file_of_schema_version_1_is_migrated_and_its_trees_read_list_and_go_o
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .expect("reads");
-    assert_eq!(version, SCHEMA_VERSION, "the file was migrated to the current version");
+    assert_eq!(
+        version, SCHEMA_VERSION,
+        "the file was migrated to the current version"
+    );
 }
