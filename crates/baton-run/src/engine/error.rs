@@ -201,8 +201,9 @@ pub enum TreeError {
         name: String,
         /// Its exact ref digest.
         digest: Digest,
-        /// How it differs from the registered versions of its name.
-        mismatch: VersionMismatch,
+        /// How it differs from the registered versions of its name (boxed:
+        /// it is large, and errors are passed around often).
+        mismatch: Box<VersionMismatch>,
     },
     /// The log does not verify or does not fold, or the store's record of
     /// the tree disagrees with its log.

@@ -200,6 +200,6 @@ pub(super) fn unavailable(
         tree,
         name: name.to_string(),
         digest,
-        mismatch: explain(&registry.versions(name), stored),
+        mismatch: Box::new(explain(&registry.versions(name), stored)),
     }
 }

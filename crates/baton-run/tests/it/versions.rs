@@ -59,7 +59,7 @@ async fn refusal(
 
 fn mismatch(error: &TreeError) -> &VersionMismatch {
     match error {
-        TreeError::ProgramUnavailable { mismatch, .. } => mismatch,
+        TreeError::ProgramUnavailable { mismatch, .. } => mismatch.as_ref(),
         other => panic!("unexpected {other}"),
     }
 }
