@@ -895,3 +895,92 @@ impl Store for MemoryStore {
         Box::pin(std::future::ready(result))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::ids::StartId;
+
+    fn meta(n: usize) -> TreeMeta {
+        let id = StartId::new("acme", format!("t{n}")).expect("valid");
+        TreeMeta::new(
+            crate::ids::ProcessId::root(&id),
+            Scope::new("acme").expect("valid"),
+            TreeStatus::Running,
+            Timestamp(0),
+        )
+    }
+
+    fn unreadable(id: &str) -> UnreadableRow {
+        UnreadableRow {
+            tree: None,
+            id: id.to_owned(),
+            error: StoreError::corrupt("damaged"),
+        }
+    }
+
+    /// Every row's id text, in the order a listing holds them.
+    fn ids(listing: &Listing) -> Vec<String> {
+        let mut ids: Vec<String> = listing
+            .trees
+            .iter()
+            .map(|meta| meta.tree.to_string())
+            .chain(listing.unreadable.iter().map(|row| row.id.clone()))
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    proptest! {
+        /// Reading page after page, whatever the limit, yields every row
+        /// once and in order, damaged rows included, and only the last
+        /// page has no next cursor.
+        #[test]
+        fn pages_cover_every_row_once(count in 0usize..40, damaged in proptest::collection::vec(any::<bool>(), 40), limit in 1u32..12) {
+            let mut rows: Vec<(String, Result<TreeMeta, UnreadableRow>)> = (0..count)
+                .map(|n| {
+                    let meta = meta(n);
+                    let id = meta.tree.to_string();
+                    if damaged[n] {
+                        (id.clone(), Err(unreadable(&id)))
+                    } else {
+                        (id, Ok(meta))
+                    }
+                })
+                .collect();
+            rows.sort_by(|a, b| a.0.cmp(&b.0));
+            let all: Vec<String> = rows.iter().map(|(id, _)| id.clone()).collect();
+            let rows: Vec<Result<TreeMeta, UnreadableRow>> = rows.into_iter().map(|(_, row)| row).collect();
+            let mut filter = ListFilter {
+                limit: std::num::NonZeroU32::new(limit),
+                ..ListFilter::default()
+            };
+            let mut listed = Vec::new();
+            loop {
+                let page = Listing::page(rows.clone(), &filter);
+                let ids = ids(&page);
+                prop_assert!(ids.len() <= limit as usize);
+                listed.extend(ids);
+                match page.next {
+                    Some(next) => {
+                        prop_assert_eq!(listed.len() % limit as usize, 0, "only the last page is short");
+                        filter.after = Some(next.to_string().parse().expect("a cursor's text reads back"));
+                    }
+                    None => break,
+                }
+            }
+            prop_assert_eq!(listed, all);
+        }
+    }
+
+    #[test]
+    fn cursor_texts_from_outside_are_checked() {
+        assert!("p_00ff".parse::<ListCursor>().is_ok());
+        for bad in ["", "a b", "tab\t", &"x".repeat(257)] {
+            let error = bad.parse::<ListCursor>().expect_err(bad);
+            assert_eq!(error.code(), "store.cursor.invalid");
+        }
+    }
+}
