@@ -199,7 +199,14 @@ pub(crate) async fn load(
         },
         &params,
     );
-    let (snapshot, records) = tokio::try_join!(snapshot_query, records_query).map_err(storage)?;
+    let (snapshot, records) = match tokio::join!(snapshot_query, records_query) {
+        (Ok(snapshot), Ok(records)) => (snapshot, records),
+        // In one transaction, once one of the pipelined queries fails the
+        // other fails only because the transaction is aborted: report the
+        // failure that caused it, whichever query answered first.
+        (Err(first), Err(second)) => return Err(storage(cause_of(first, second))),
+        (Err(error), Ok(_)) | (Ok(_), Err(error)) => return Err(storage(error)),
+    };
     let snapshot = snapshot
         .map(|row| {
             Ok::<_, StoreError>(SnapshotRow {
@@ -271,6 +278,16 @@ pub(crate) async fn records(
     }
     let pieces = pieces(client, key, needed).await?;
     assemble_records(tree, rows, &pieces)
+}
+
+/// Of two errors of pipelined statements in one transaction, the one that
+/// aborted it (the other is then "current transaction is aborted").
+fn cause_of(first: tokio_postgres::Error, second: tokio_postgres::Error) -> tokio_postgres::Error {
+    if first.code() == Some(&tokio_postgres::error::SqlState::IN_FAILED_SQL_TRANSACTION) {
+        second
+    } else {
+        first
+    }
 }
 
 /// A tree row: its key, recorded head and listing columns.
