@@ -325,6 +325,7 @@ async fn ps(
                     .map_err(|error| CliError::argument(format!("invalid --tenant: {error}")))
             })
             .transpose()?,
+        ..ListFilter::default()
     };
     let listing = store
         .shared()

@@ -51,6 +51,7 @@ mod digest;
 mod engine;
 mod failure;
 mod ids;
+mod labels;
 pub mod log;
 mod payload;
 mod pieces;
@@ -62,10 +63,10 @@ pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use digest::{Digest, DigestParseError};
 pub use engine::{
     Condition, ConfigError, ControlError, EffectView, Engine, EngineConfig, Event, EventKind,
-    Events, EventsError, OutputError, ProcessHandle, ProcessView, RecoverOptions, RuntimeError,
-    SignalError, SignalReceipt, SignalRequest, Sleep, StartError, StartRequest, Started,
-    TreeCapture, TreeError, TreeView, Verification, Visibility, WaitView, Watch, WatchEvent,
-    WatchKind,
+    Events, EventsError, IdentityPart, OutputError, ProcessHandle, ProcessView, RecoverOptions,
+    RuntimeError, SignalError, SignalReceipt, SignalRequest, Sleep, StartError, StartRequest,
+    Started, TreeCapture, TreeError, TreeView, Verification, VersionMismatch, Visibility, WaitView,
+    Watch, WatchEvent, WatchKind,
 };
 pub use engine::{ProcessUsage, ProgramUsage, UsageReport};
 pub use failure::{Cause, Failure, FailureKind, Status, Termination};
@@ -73,8 +74,11 @@ pub use ids::{
     ChildKey, EffectId, IdError, Name, ProcessId, Scope, SignalId, StartId, StartKey, TreeId,
     WaitId,
 };
+pub use labels::{
+    LabelError, LabelKey, Labels, MAX_LABEL_KEY_BYTES, MAX_LABEL_VALUE_BYTES, MAX_LABELS,
+};
 pub use payload::{Payload, PayloadError};
-pub use protocol::{BoxFuture, Program, ProgramRef, Settlement};
+pub use protocol::{BoxFuture, Program, ProgramRef, ProgramVersion, Settlement};
 pub use storage::MemoryStore;
 
 /// What a program's author implements and returns: the step protocol
@@ -118,7 +122,8 @@ pub mod dispatch {
 pub mod store {
     pub use crate::pieces::split_pieces;
     pub use crate::storage::{
-        AcquireRequest, Acquired, Append, AppendOutcome, ErrorSource, Lease, ListFilter, Listing,
-        Store, StoreError, TreeLoad, TreeMeta, TreeStatus, UnreadableRow,
+        AcquireRequest, Acquired, Append, AppendOutcome, CursorError, ErrorSource, Lease,
+        ListCursor, ListFilter, Listing, Store, StoreError, TreeLoad, TreeMeta, TreeStatus,
+        UnreadableRow,
     };
 }

@@ -14,6 +14,7 @@ use crate::clock::Timestamp;
 use crate::digest::{Digest, Purpose};
 use crate::failure::{Cause, Failure, Termination};
 use crate::ids::{ChildKey, EffectId, ProcessId, StartId};
+use crate::labels::Labels;
 use crate::payload::Payload;
 use crate::protocol::{ExecutionState, ProgramRef, Settlement, Signal, Transition};
 
@@ -117,6 +118,13 @@ pub enum RecordBody {
         /// The tree's limits (absent: the defaults).
         #[serde(default, skip_serializing_if = "is_default_limits")]
         limits: TreeLimits,
+        /// When the tree was started (engine clock; absent in logs written
+        /// before starts recorded it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        created: Option<Timestamp>,
+        /// The labels the host gave the start (absent: none).
+        #[serde(default, skip_serializing_if = "Labels::is_empty")]
+        labels: Labels,
         /// The state `Definition::start` produced (after a restore round trip).
         state: ExecutionState,
     },
@@ -417,5 +425,69 @@ impl fmt::Debug for Snapshot {
             .field("head", &self.head)
             .field("bytes", &self.state.len())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::digest::Digest;
+
+    fn started(labels: Labels, created: Option<Timestamp>) -> String {
+        let start = StartId::new("acme", "s").expect("valid");
+        let body = RecordBody::TreeStarted {
+            root: ProcessId::root(&start),
+            start,
+            program: crate::protocol::ProgramRef {
+                name: crate::ids::Name::new("p").expect("valid"),
+                contract: Digest::ZERO,
+                implementation: Digest::ZERO,
+                configuration: Digest::ZERO,
+                children: Vec::new(),
+                digest: Digest::ZERO,
+            },
+            input: Payload::null(),
+            budget: Budget::unlimited(),
+            capabilities: Capabilities::none(),
+            deadline: None,
+            limits: TreeLimits::default(),
+            created,
+            labels,
+            state: ExecutionState(Payload::null()),
+        };
+        String::from_utf8(Record::seal(1, Digest::ZERO, &body).body.to_vec()).expect("utf-8")
+    }
+
+    /// A start without labels or a start time writes the bytes it wrote
+    /// before either existed, so older logs hash as they did; one with them
+    /// records both.
+    #[test]
+    fn labels_and_start_time_are_omitted_when_absent() {
+        let plain = started(Labels::new(), None);
+        assert!(
+            !plain.contains("labels") && !plain.contains("created"),
+            "{plain}"
+        );
+        let labels = Labels::from_pairs([("team", "billing")]).expect("valid");
+        let full = started(labels, Some(Timestamp(7)));
+        assert!(
+            full.contains(r#""created":7,"labels":{"team":"billing"}"#),
+            "{full}"
+        );
+        let decoded = Record::from_parts(
+            1,
+            Digest::ZERO,
+            RecordKind::TreeStarted,
+            full.as_bytes().into(),
+        )
+        .decode()
+        .expect("decodes");
+        assert!(matches!(
+            decoded,
+            RecordBody::TreeStarted {
+                created: Some(Timestamp(7)),
+                ..
+            }
+        ));
     }
 }

@@ -760,6 +760,27 @@ impl ProgramRef {
     }
 }
 
+/// Which exact version of a program: its name and the digest of its whole
+/// identity ([`ProgramRef::digest`]). What listings and views show.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProgramVersion {
+    /// The descriptor name.
+    pub name: Name,
+    /// The exact version: the digest of the program's [`ProgramRef`].
+    pub digest: Digest,
+}
+
+impl ProgramRef {
+    /// The name and exact version of this program.
+    pub fn version(&self) -> ProgramVersion {
+        ProgramVersion {
+            name: self.name.clone(),
+            digest: self.digest,
+        }
+    }
+}
+
 /// Digest naming built code: a crate's name and version (use
 /// `env!("CARGO_PKG_NAME")` and `env!("CARGO_PKG_VERSION")`) or a
 /// caller-supplied build identity.

@@ -7,12 +7,14 @@ use std::sync::Arc;
 
 use baton_run::TreeId;
 use baton_run::log::{Record, Snapshot};
-use baton_run::store::{ListFilter, Listing, StoreError, TreeLoad, UnreadableRow};
+use baton_run::store::{ListCursor, ListFilter, Listing, StoreError, TreeLoad, UnreadableRow};
 use deadpool_postgres::GenericClient;
 
 use crate::chunk::{self, DIGEST_LEN};
 use crate::error::storage;
-use crate::rows::{column, corrupt, digest, meta_of, parse_kind, query, query_opt, uint};
+use crate::rows::{
+    MetaColumns, column, corrupt, digest, meta_of, parse_kind, query, query_opt, uint,
+};
 
 type Piece = [u8; DIGEST_LEN];
 
@@ -165,22 +167,18 @@ pub(crate) async fn load(
     whole: bool,
 ) -> Result<TreeLoad, StoreError> {
     let id = tree.to_string();
-    let row = query_opt(
-        client,
-        "SELECT key, scope, status, updated, head_seq, head_hash FROM baton_trees WHERE id = $1",
-        &[&id],
-    )
-    .await
-    .map_err(storage)?;
+    let row = query_opt(client, LOAD_TREE, &[&id])
+        .await
+        .map_err(storage)?;
     let Some(row) = row else {
         return Ok(TreeLoad::default());
     };
     let key: i64 = column(&row, 0)?;
-    let meta = meta_of(tree, column(&row, 1)?, column(&row, 2)?, column(&row, 3)?)?;
+    let meta = meta_of(tree, MetaColumns::read(&row, 3)?)?;
     let recorded_head = match &meta {
         Some(_) => Some((
-            uint(column(&row, 4)?)?,
-            digest(&column::<Vec<u8>>(&row, 5)?)?,
+            uint(column(&row, 1)?)?,
+            digest(&column::<Vec<u8>>(&row, 2)?)?,
         )),
         None => None,
     };
@@ -201,7 +199,14 @@ pub(crate) async fn load(
         },
         &params,
     );
-    let (snapshot, records) = tokio::try_join!(snapshot_query, records_query).map_err(storage)?;
+    let (snapshot, records) = match tokio::join!(snapshot_query, records_query) {
+        (Ok(snapshot), Ok(records)) => (snapshot, records),
+        // In one transaction, once one of the pipelined queries fails the
+        // other fails only because the transaction is aborted: report the
+        // failure that caused it, whichever query answered first.
+        (Err(first), Err(second)) => return Err(storage(cause_of(first, second))),
+        (Err(error), Ok(_)) | (Ok(_), Err(error)) => return Err(storage(error)),
+    };
     let snapshot = snapshot
         .map(|row| {
             Ok::<_, StoreError>(SnapshotRow {
@@ -275,28 +280,63 @@ pub(crate) async fn records(
     assemble_records(tree, rows, &pieces)
 }
 
-/// Lists trees with committed records, sorted by tree id; a row that does
-/// not read back is reported on its own.
+/// Of two errors of pipelined statements in one transaction, the one that
+/// aborted it (the other is then "current transaction is aborted").
+fn cause_of(first: tokio_postgres::Error, second: tokio_postgres::Error) -> tokio_postgres::Error {
+    if first.code() == Some(&tokio_postgres::error::SqlState::IN_FAILED_SQL_TRANSACTION) {
+        second
+    } else {
+        first
+    }
+}
+
+/// A tree row: its key, recorded head and listing columns.
+const LOAD_TREE: &str = "SELECT key, head_seq, head_hash, scope, status, updated, program_name,
+        program_digest, created, labels::text
+     FROM baton_trees WHERE id = $1";
+
+/// Lists trees with committed records that pass the filter, sorted by tree
+/// id (compared byte by byte, whatever the database's collation), one page
+/// at a time; a row that does not read back is reported on its own.
 pub(crate) async fn list(
     client: &impl GenericClient,
     filter: &ListFilter,
 ) -> Result<Listing, StoreError> {
     let status = filter.status.map(|status| status.as_str().to_owned());
     let scope = filter.scope.as_ref().map(|scope| scope.as_str().to_owned());
+    let labels = (!filter.labels.is_empty()).then(|| filter.labels.to_json());
+    let after = filter.after.as_ref().map(|after| after.row().to_owned());
+    // One row more than the page tells whether another page follows.
+    let limit = filter.limit.map(|limit| i64::from(limit.get()) + 1);
     // `status` and `updated` are not tested for NULL: a row missing them
     // after its first append is damaged and reported, not hidden.
-    let rows = query(
+    let mut rows = query(
         client,
-        "SELECT id, scope, status, updated FROM baton_trees
+        "SELECT id, scope, status, updated, program_name, program_digest, created, labels::text
+             FROM baton_trees
              WHERE (scope IS NOT NULL OR status IS NOT NULL OR updated IS NOT NULL)
                AND ($1::text IS NULL OR status = $1)
                AND ($2::text IS NULL OR scope = $2)
-             ORDER BY id",
-        &[&status, &scope],
+               AND ($3::text IS NULL OR labels @> $3::jsonb)
+               AND ($4::text IS NULL OR id COLLATE \"C\" > $4)
+             ORDER BY id COLLATE \"C\"
+             LIMIT $5",
+        &[&status, &scope, &labels, &after, &limit],
     )
     .await
     .map_err(storage)?;
     let mut listing = Listing::default();
+    if let Some(limit) = filter.limit
+        && rows.len() > limit.get() as usize
+    {
+        rows.truncate(limit.get() as usize);
+        let last = rows.last().map(|row| column::<String>(row, 0));
+        listing.next = match last {
+            Some(Ok(id)) => Some(ListCursor::after_row(id)),
+            Some(Err(error)) => return Err(error),
+            None => None,
+        };
+    }
     for row in rows {
         let id: String = match column(&row, 0) {
             Ok(id) => id,
@@ -311,7 +351,7 @@ pub(crate) async fn list(
         };
         let tree: Result<TreeId, _> = id.parse();
         let meta = match &tree {
-            Ok(tree) => (|| meta_of(*tree, column(&row, 1)?, column(&row, 2)?, column(&row, 3)?))(),
+            Ok(tree) => MetaColumns::read(&row, 1).and_then(|columns| meta_of(*tree, columns)),
             Err(error) => Err(corrupt(format!("tree id {id:?}: {error}"))),
         };
         let meta = meta.and_then(|meta| {
@@ -328,9 +368,8 @@ pub(crate) async fn list(
             }),
         }
     }
-    // Text order of `p_<hex>` ids is byte order under the C collation only;
-    // sort by the ids themselves so the contract does not hang on the
-    // database's collation.
+    // The ids were ordered byte by byte already; sort by the ids themselves
+    // so the contract does not hang on the text form.
     listing.trees.sort_by_key(|meta| meta.tree);
     Ok(listing)
 }

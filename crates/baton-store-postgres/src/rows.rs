@@ -4,7 +4,7 @@
 
 use baton_run::log::RecordKind;
 use baton_run::store::{StoreError, TreeMeta, TreeStatus};
-use baton_run::{Digest, Scope, Timestamp, TreeId};
+use baton_run::{Digest, Labels, Name, ProgramVersion, Scope, Timestamp, TreeId};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 use tokio_postgres::types::{FromSql, ToSql};
@@ -92,22 +92,67 @@ pub(crate) fn column<'a, T: FromSql<'a>>(row: &'a Row, index: usize) -> Result<T
     })
 }
 
+/// The listing columns of a tree row, as stored.
+#[derive(Default)]
+pub(crate) struct MetaColumns {
+    pub scope: Option<String>,
+    pub status: Option<String>,
+    pub updated: Option<i64>,
+    pub program_name: Option<String>,
+    pub program_digest: Option<Vec<u8>>,
+    pub created: Option<i64>,
+    pub labels: Option<String>,
+}
+
+impl MetaColumns {
+    /// Reads the listing columns of `row` starting at column `at`: `scope,
+    /// status, updated, program_name, program_digest, created, labels::text`.
+    pub(crate) fn read(row: &Row, at: usize) -> Result<MetaColumns, StoreError> {
+        Ok(MetaColumns {
+            scope: column(row, at)?,
+            status: column(row, at + 1)?,
+            updated: column(row, at + 2)?,
+            program_name: column(row, at + 3)?,
+            program_digest: column(row, at + 4)?,
+            created: column(row, at + 5)?,
+            labels: column(row, at + 6)?,
+        })
+    }
+}
+
 /// Listing metadata from a tree row's columns; `None` before the first
 /// append.
-pub(crate) fn meta_of(
-    tree: TreeId,
-    scope: Option<String>,
-    status: Option<String>,
-    updated: Option<i64>,
-) -> Result<Option<TreeMeta>, StoreError> {
-    let (Some(scope), Some(status), Some(updated)) = (scope, status, updated) else {
+pub(crate) fn meta_of(tree: TreeId, columns: MetaColumns) -> Result<Option<TreeMeta>, StoreError> {
+    let (Some(scope), Some(status), Some(updated)) =
+        (columns.scope, columns.status, columns.updated)
+    else {
         return Ok(None);
+    };
+    let program = match (columns.program_name, columns.program_digest) {
+        (Some(name), Some(bytes)) => Some(ProgramVersion {
+            name: Name::new(&name).map_err(|error| corrupt(error.to_string()))?,
+            digest: digest(&bytes)?,
+        }),
+        (None, None) => None,
+        _ => {
+            return Err(corrupt(format!(
+                "tree {tree}: its program columns are partly missing"
+            )));
+        }
+    };
+    let labels = match columns.labels {
+        Some(text) => Labels::from_json(&text)
+            .map_err(|error| corrupt(format!("tree {tree}: stored labels: {error}")))?,
+        None => Labels::new(),
     };
     Ok(Some(TreeMeta {
         tree,
         scope: Scope::new(&scope).map_err(|error| corrupt(error.to_string()))?,
         status: parse_status(&status)?,
         updated: Timestamp(uint(updated)?),
+        program,
+        labels,
+        created: columns.created.map(uint).transpose()?.map(Timestamp),
     }))
 }
 
@@ -148,7 +193,15 @@ mod fuzz {
                 prop_assert_eq!(crate::chunk::manifest(&digests), bytes.clone());
             }
             if let Ok(tree) = text.parse::<TreeId>()
-                && let Err(error) = meta_of(tree, Some(text.clone()), Some(text.clone()), Some(number))
+                && let Err(error) = meta_of(tree, MetaColumns {
+                    scope: Some(text.clone()),
+                    status: Some(text.clone()),
+                    updated: Some(number),
+                    program_name: Some(text.clone()),
+                    program_digest: Some(bytes.clone()),
+                    created: Some(number),
+                    labels: Some(text.clone()),
+                })
             {
                 prop_assert!(refused(&error), "{error}");
             }

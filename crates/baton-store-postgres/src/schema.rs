@@ -89,6 +89,19 @@ const MIGRATIONS: &[&str] = &[
     -- The pieces are mostly incompressible or already deduplicated.
     ALTER TABLE baton_chunks ALTER COLUMN bytes SET STORAGE EXTERNAL;
     ",
+    // Version 2: what a listing shows and filters by. The root's program
+    // (name and exact version), the start time and the labels are facts of
+    // a tree's start that every append writes again; rows of version 1 hold
+    // NULL until their next append. Pages are cut by id in byte order.
+    r#"
+    ALTER TABLE baton_trees
+        ADD COLUMN program_name   text,
+        ADD COLUMN program_digest bytea,
+        ADD COLUMN created        bigint,
+        ADD COLUMN labels         jsonb;
+    CREATE INDEX baton_trees_by_labels ON baton_trees USING gin (labels jsonb_path_ops);
+    CREATE INDEX baton_trees_by_id_bytes ON baton_trees (id COLLATE "C");
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -45,6 +45,9 @@ pub(crate) enum Write {
 }
 
 /// What a write produced, sent only once its transaction committed.
+// Short-lived and matched at once; boxing the granted load would only add
+// an allocation to every acquisition.
+#[allow(clippy::large_enum_variant)]
 enum Written {
     Acquired(Acquired),
     /// A grant whose load is read once the group's writes are done (nothing
@@ -248,8 +251,32 @@ struct TreeRow {
     scope: Option<String>,
     status: Option<String>,
     updated: Option<i64>,
+    /// The start facts an append of this group wrote (not read from the
+    /// row: a write-back without them leaves the stored ones alone).
+    start: Option<StartColumns>,
     /// Changed since it was read or last written back.
     dirty: bool,
+}
+
+/// The listing columns that are facts of a tree's start: the root's
+/// program, the start time and the labels (a JSON object, NULL for none).
+#[derive(Clone, Debug, Default)]
+struct StartColumns {
+    program_name: Option<String>,
+    program_digest: Option<Vec<u8>>,
+    created: Option<i64>,
+    labels: Option<String>,
+}
+
+impl StartColumns {
+    fn of(meta: &baton_run::store::TreeMeta) -> StartColumns {
+        StartColumns {
+            program_name: meta.program.as_ref().map(|p| p.name.as_str().to_owned()),
+            program_digest: meta.program.as_ref().map(|p| p.digest.as_bytes().to_vec()),
+            created: meta.created.map(|created| int(created.0)),
+            labels: (!meta.labels.is_empty()).then(|| meta.labels.to_json()),
+        }
+    }
 }
 
 impl TreeRow {
@@ -266,6 +293,7 @@ impl TreeRow {
             scope: column(row, 9)?,
             status: column(row, 10)?,
             updated: column(row, 11)?,
+            start: None,
             dirty: false,
         })
     }
@@ -533,6 +561,7 @@ impl<'a> Group<'a> {
         row.scope = Some(append.meta.scope.as_str().to_owned());
         row.status = Some(append.meta.status.as_str().to_owned());
         row.updated = Some(int(append.meta.updated.0));
+        row.start = Some(StartColumns::of(&append.meta));
         row.dirty = true;
         self.notices
             .insert(notice(append.tree, Some(append.meta.scope.as_str())));
@@ -703,18 +732,29 @@ impl<'a> Group<'a> {
             last_tokens,
             head_seqs,
             head_hashes,
+            starts,
+            program_names,
+            program_digests,
+            created,
+            labels,
         } = &columns;
         execute(
             tx,
             "UPDATE baton_trees AS t SET scope = u.scope, status = u.status, updated = u.updated,
                  lease_token = u.lease_token, lease_owner = u.lease_owner,
                  lease_until = u.lease_until, lease_ttl = u.lease_ttl, last_token = u.last_token,
-                 head_seq = u.head_seq, head_hash = u.head_hash
+                 head_seq = u.head_seq, head_hash = u.head_hash,
+                 program_name = CASE WHEN u.start THEN u.program_name ELSE t.program_name END,
+                 program_digest = CASE WHEN u.start THEN u.program_digest ELSE t.program_digest END,
+                 created = CASE WHEN u.start THEN u.created ELSE t.created END,
+                 labels = CASE WHEN u.start THEN u.labels::jsonb ELSE t.labels END
              FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bigint[],
                          $6::text[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[],
-                         $11::bytea[])
+                         $11::bytea[], $12::bool[], $13::text[], $14::bytea[], $15::bigint[],
+                         $16::text[])
                   AS u(key, scope, status, updated, lease_token, lease_owner, lease_until,
-                       lease_ttl, last_token, head_seq, head_hash)
+                       lease_ttl, last_token, head_seq, head_hash, start, program_name,
+                       program_digest, created, labels)
              WHERE t.key = u.key",
             &[
                 keys,
@@ -728,6 +768,11 @@ impl<'a> Group<'a> {
                 last_tokens,
                 head_seqs,
                 head_hashes,
+                starts,
+                program_names,
+                program_digests,
+                created,
+                labels,
             ],
         )
         .await?;
@@ -765,10 +810,16 @@ struct RowColumns {
     last_tokens: Vec<i64>,
     head_seqs: Vec<i64>,
     head_hashes: Vec<Vec<u8>>,
+    /// Whether the row's start columns below are to be written.
+    starts: Vec<bool>,
+    program_names: Vec<Option<String>>,
+    program_digests: Vec<Option<Vec<u8>>>,
+    created: Vec<Option<i64>>,
+    labels: Vec<Option<String>>,
 }
 
 impl RowColumns {
-    fn push(&mut self, row: &TreeRow) {
+    fn push(&mut self, row: &mut TreeRow) {
         self.keys.push(row.key);
         self.scopes.push(row.scope.clone());
         self.statuses.push(row.status.clone());
@@ -780,6 +831,13 @@ impl RowColumns {
         self.last_tokens.push(row.last_token);
         self.head_seqs.push(int(row.head_seq));
         self.head_hashes.push(row.head_hash.as_bytes().to_vec());
+        let start = row.start.take();
+        self.starts.push(start.is_some());
+        let start = start.unwrap_or_default();
+        self.program_names.push(start.program_name);
+        self.program_digests.push(start.program_digest);
+        self.created.push(start.created);
+        self.labels.push(start.labels);
     }
 }
 

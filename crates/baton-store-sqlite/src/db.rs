@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use baton_run::log::{Record, RecordKind, Snapshot};
 use baton_run::store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, Lease, ListFilter, Listing, StoreError,
-    TreeLoad, TreeMeta, TreeStatus, UnreadableRow,
+    AcquireRequest, Acquired, Append, AppendOutcome, Lease, ListCursor, ListFilter, Listing,
+    StoreError, TreeLoad, TreeMeta, TreeStatus, UnreadableRow,
 };
-use baton_run::{Digest, Scope, Timestamp, TreeId};
+use baton_run::{Digest, Labels, Name, ProgramVersion, Scope, Timestamp, TreeId};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use crate::chunk;
@@ -216,20 +216,66 @@ fn manifest_ids(manifest: Option<Vec<u8>>, into: &mut BTreeSet<i64>) -> Result<(
     Ok(())
 }
 
-fn meta_of(
-    tree: TreeId,
+/// The listing columns of a tree row, as stored.
+pub(crate) struct MetaColumns {
     scope: Option<String>,
     status: Option<String>,
     updated: Option<i64>,
-) -> Result<Option<TreeMeta>, StoreError> {
-    let (Some(scope), Some(status), Some(updated)) = (scope, status, updated) else {
+    program_name: Option<String>,
+    program_digest: Option<Vec<u8>>,
+    created: Option<i64>,
+    labels: Option<String>,
+}
+
+/// The listing columns, in [`MetaColumns`] order, for a `SELECT`.
+const META_COLUMNS: &str = "scope, status, updated, program_name, program_digest, created, labels";
+
+impl MetaColumns {
+    /// Reads the listing columns starting at column `at`.
+    fn read(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<MetaColumns> {
+        Ok(MetaColumns {
+            scope: row.get(at)?,
+            status: row.get(at + 1)?,
+            updated: row.get(at + 2)?,
+            program_name: row.get(at + 3)?,
+            program_digest: row.get(at + 4)?,
+            created: row.get(at + 5)?,
+            labels: row.get(at + 6)?,
+        })
+    }
+}
+
+fn meta_of(tree: TreeId, columns: MetaColumns) -> Result<Option<TreeMeta>, StoreError> {
+    let (Some(scope), Some(status), Some(updated)) =
+        (columns.scope, columns.status, columns.updated)
+    else {
         return Ok(None);
+    };
+    let program = match (columns.program_name, columns.program_digest) {
+        (Some(name), Some(bytes)) => Some(ProgramVersion {
+            name: Name::new(&name).map_err(|error| corrupt(error.to_string()))?,
+            digest: digest(&bytes)?,
+        }),
+        (None, None) => None,
+        _ => {
+            return Err(corrupt(format!(
+                "tree {tree}: its program columns are partly missing"
+            )));
+        }
+    };
+    let labels = match columns.labels {
+        Some(text) => Labels::from_json(&text)
+            .map_err(|error| corrupt(format!("tree {tree}: stored labels: {error}")))?,
+        None => Labels::new(),
     };
     Ok(Some(TreeMeta {
         tree,
         scope: Scope::new(&scope).map_err(|error| corrupt(error.to_string()))?,
         status: parse_status(&status)?,
         updated: Timestamp(uint(updated)?),
+        program,
+        labels,
+        created: columns.created.map(uint).transpose()?.map(Timestamp),
     }))
 }
 
@@ -237,26 +283,24 @@ fn meta_of(
 /// and the records after it (or, with `whole`, every record kept).
 pub(crate) fn load(conn: &Connection, tree: TreeId, whole: bool) -> Result<TreeLoad, StoreError> {
     let row = conn
-        .prepare_cached(
-            "SELECT key, scope, status, updated, head_seq, head_hash FROM trees WHERE id = ?1",
-        )
+        .prepare_cached(&format!(
+            "SELECT key, head_seq, head_hash, {META_COLUMNS} FROM trees WHERE id = ?1"
+        ))
         .map_err(storage)?
         .query_row([tree.to_string()], |row| {
             Ok((
                 row.get::<_, i64>(0)?,
-                row.get::<_, Option<String>>(1)?,
-                row.get::<_, Option<String>>(2)?,
-                row.get::<_, Option<i64>>(3)?,
-                row.get::<_, i64>(4)?,
-                row.get::<_, Vec<u8>>(5)?,
+                row.get::<_, i64>(1)?,
+                row.get::<_, Vec<u8>>(2)?,
+                MetaColumns::read(row, 3)?,
             ))
         })
         .optional()
         .map_err(storage)?;
-    let Some((key, scope, status, updated, head_seq, head_hash)) = row else {
+    let Some((key, head_seq, head_hash, columns)) = row else {
         return Ok(TreeLoad::default());
     };
-    let meta = meta_of(tree, scope, status, updated)?;
+    let meta = meta_of(tree, columns)?;
     let recorded_head = match &meta {
         Some(_) => Some((uint(head_seq)?, digest(&head_hash)?)),
         None => None,
@@ -369,59 +413,62 @@ pub(crate) fn history(conn: &Connection, tree: TreeId) -> Result<Vec<Record>, St
     }
 }
 
-/// Lists trees with committed records, sorted by tree id; a row that does
-/// not read back is reported on its own.
+/// Lists trees with committed records that pass the filter, sorted by tree
+/// id, one page at a time; a row that does not read back is reported on its
+/// own.
 pub(crate) fn list(conn: &Connection, filter: &ListFilter) -> Result<Listing, StoreError> {
-    // One statement per filter shape, so each can use its index.
-    let (sql, status, scope) = match (&filter.status, &filter.scope) {
-        (None, None) => (
-            "SELECT id, scope, status, updated FROM trees WHERE scope IS NOT NULL ORDER BY id",
-            None,
-            None,
-        ),
-        (Some(status), None) => (
-            "SELECT id, scope, status, updated FROM trees WHERE status = :status ORDER BY id",
-            Some(status.as_str()),
-            None,
-        ),
-        (None, Some(scope)) => (
-            "SELECT id, scope, status, updated FROM trees WHERE scope = :scope ORDER BY id",
-            None,
-            Some(scope.as_str()),
-        ),
-        (Some(status), Some(scope)) => (
-            "SELECT id, scope, status, updated FROM trees WHERE status = :status AND scope = :scope ORDER BY id",
-            Some(status.as_str()),
-            Some(scope.as_str()),
-        ),
-    };
-    let mut statement = conn.prepare_cached(sql).map_err(storage)?;
-    let mut bind = Vec::<(&str, &dyn rusqlite::ToSql)>::new();
-    let status_param = status.unwrap_or_default();
-    let scope_param = scope.unwrap_or_default();
-    if status.is_some() {
-        bind.push((":status", &status_param));
+    // The statement's shape follows the filter, so each shape can use its
+    // index (status or scope first) and is prepared once.
+    let mut sql = format!("SELECT id, {META_COLUMNS} FROM trees WHERE scope IS NOT NULL");
+    let mut bind: Vec<(String, Box<dyn rusqlite::ToSql>)> = Vec::new();
+    if let Some(status) = filter.status {
+        sql.push_str(" AND status = :status");
+        bind.push((":status".into(), Box::new(status.as_str())));
     }
-    if scope.is_some() {
-        bind.push((":scope", &scope_param));
+    if let Some(scope) = &filter.scope {
+        sql.push_str(" AND scope = :scope");
+        bind.push((":scope".into(), Box::new(scope.as_str().to_owned())));
     }
-    let rows = statement
-        .query_map(bind.as_slice(), |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, Option<String>>(1)?,
-                row.get::<_, Option<String>>(2)?,
-                row.get::<_, Option<i64>>(3)?,
-            ))
+    // Label keys are `[a-z0-9._-]`, so a quoted JSON path names each one
+    // exactly.
+    for (n, (key, value)) in filter.labels.iter().enumerate() {
+        sql.push_str(&format!(" AND json_extract(labels, :path{n}) = :value{n}"));
+        bind.push((format!(":path{n}"), Box::new(format!("$.\"{key}\""))));
+        bind.push((format!(":value{n}"), Box::new(value.to_owned())));
+    }
+    if let Some(after) = &filter.after {
+        sql.push_str(" AND id > :after");
+        bind.push((":after".into(), Box::new(after.row().to_owned())));
+    }
+    sql.push_str(" ORDER BY id");
+    if let Some(limit) = filter.limit {
+        // One row more than the page tells whether another page follows.
+        sql.push_str(" LIMIT :limit");
+        bind.push((":limit".into(), Box::new(i64::from(limit.get()) + 1)));
+    }
+    let mut statement = conn.prepare_cached(&sql).map_err(storage)?;
+    let params: Vec<(&str, &dyn rusqlite::ToSql)> = bind
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_ref()))
+        .collect();
+    let mut rows = statement
+        .query_map(params.as_slice(), |row| {
+            Ok((row.get::<_, String>(0)?, MetaColumns::read(row, 1)?))
         })
         .map_err(storage)?
         .collect::<Result<Vec<_>, _>>()
         .map_err(storage)?;
     let mut listing = Listing::default();
-    for (id, scope, status, updated) in rows {
+    if let Some(limit) = filter.limit
+        && rows.len() > limit.get() as usize
+    {
+        rows.truncate(limit.get() as usize);
+        listing.next = rows.last().map(|(id, _)| ListCursor::after_row(id.clone()));
+    }
+    for (id, columns) in rows {
         let tree: Result<TreeId, _> = id.parse();
         let meta = match &tree {
-            Ok(tree) => meta_of(*tree, scope, status, updated),
+            Ok(tree) => meta_of(*tree, columns),
             Err(error) => Err(corrupt(format!("tree id {id:?}: {error}"))),
         };
         match meta {
@@ -554,17 +601,26 @@ pub(crate) fn append(
         }
         _ => (row.head_seq, row.head_hash),
     };
+    let meta = &append.meta;
+    let labels = (!meta.labels.is_empty()).then(|| meta.labels.to_json());
     conn.prepare_cached(
-        "UPDATE trees SET scope = ?1, status = ?2, updated = ?3, head_seq = ?4, head_hash = ?5
-         WHERE key = ?6",
+        "UPDATE trees SET scope = ?1, status = ?2, updated = ?3, head_seq = ?4, head_hash = ?5,
+             program_name = ?6, program_digest = ?7, created = ?8, labels = ?9
+         WHERE key = ?10",
     )
     .map_err(storage)?
     .execute(params![
-        append.meta.scope.as_str(),
-        append.meta.status.as_str(),
-        int(append.meta.updated.0),
+        meta.scope.as_str(),
+        meta.status.as_str(),
+        int(meta.updated.0),
         int(head_seq),
         &head_hash.as_bytes()[..],
+        meta.program.as_ref().map(|program| program.name.as_str()),
+        meta.program
+            .as_ref()
+            .map(|program| program.digest.as_bytes().to_vec()),
+        meta.created.map(|created| int(created.0)),
+        labels,
         row.key
     ])
     .map_err(storage)?;
@@ -775,7 +831,15 @@ mod fuzz {
                 prop_assert!(refused(&error), "{error}");
             }
             if let Ok(tree) = text.parse::<TreeId>()
-                && let Err(error) = meta_of(tree, Some(text.clone()), Some(text.clone()), Some(number))
+                && let Err(error) = meta_of(tree, MetaColumns {
+                    scope: Some(text.clone()),
+                    status: Some(text.clone()),
+                    updated: Some(number),
+                    program_name: Some(text.clone()),
+                    program_digest: Some(bytes.clone()),
+                    created: Some(number),
+                    labels: Some(text.clone()),
+                })
             {
                 prop_assert!(refused(&error), "{error}");
             }

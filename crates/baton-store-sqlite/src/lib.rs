@@ -233,6 +233,9 @@ enum Write {
 }
 
 /// What a write produced, sent only once its transaction committed.
+// Short-lived and matched at once; boxing the granted load would only add
+// an allocation to every acquisition.
+#[allow(clippy::large_enum_variant)]
 enum Written {
     Acquired(Acquired),
     Appended(Vec<AppendOutcome>),

@@ -65,6 +65,16 @@ const MIGRATIONS: &[&str] = &[
         UNIQUE (tree, digest)
     );
     ",
+    // Version 2: what a listing shows and filters by. The root's program
+    // (name and exact version), the start time and the labels (a JSON
+    // object, NULL for none) are facts of a tree's start that every append
+    // writes again; rows of version 1 hold NULL until their next append.
+    "
+    ALTER TABLE trees ADD COLUMN program_name TEXT;
+    ALTER TABLE trees ADD COLUMN program_digest BLOB;
+    ALTER TABLE trees ADD COLUMN created INTEGER;
+    ALTER TABLE trees ADD COLUMN labels TEXT;
+    ",
 ];
 
 /// The schema version this build writes.

@@ -5,7 +5,9 @@
 //! that counts how often each effect id was dispatched, a
 //! [`FaultStore`] that cuts a store before or after the n-th commit of a
 //! given record kind, as a crash would, [`store_conformance`], the suite
-//! every [`Store`](baton_run::store::Store) implementation calls from its tests, and
+//! every [`Store`](baton_run::store::Store) implementation calls from its tests,
+//! [`migrated_store_conformance`], what a store must keep of a database an
+//! older build wrote, and
 //! [`engine_conformance`], the engine's scenarios run on such a store, with
 //! the test [`programs`] they drive, the strategies of the stable
 //! toolchain's [`fuzz`] tests, and [`strict::check_openai_strict`],
@@ -22,6 +24,7 @@ mod dispatcher;
 mod engine;
 mod fault;
 pub mod fuzz;
+mod migration;
 pub mod programs;
 mod store;
 pub mod strict;
@@ -30,4 +33,5 @@ pub use conformance::{ConformanceCase, definition_conformance};
 pub use dispatcher::ScriptedDispatcher;
 pub use engine::engine_conformance;
 pub use fault::{Cut, FaultStore};
+pub use migration::{StoredTree, migrated_store_conformance, waiting_tree};
 pub use store::store_conformance;

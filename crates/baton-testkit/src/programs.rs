@@ -200,6 +200,18 @@ impl Execution for TestExecution {
 /// notes `{"note": "..."}` as signals. A [`Kind::Dispatch`] or
 /// [`Kind::Metered`] program needs a `dispatcher`.
 pub fn program(kind: Kind, dispatcher: Option<Arc<dyn Dispatcher>>) -> Program<Value, Value> {
+    program_version(kind, dispatcher, env!("CARGO_PKG_VERSION"), &json!(null))
+}
+
+/// A version of the [`program`] of `kind`: the same name and contract, built
+/// as `build` (its implementation digest) with `setting` in its
+/// configuration, for tests of program versions.
+pub fn program_version(
+    kind: Kind,
+    dispatcher: Option<Arc<dyn Dispatcher>>,
+    build: &str,
+    setting: &Value,
+) -> Program<Value, Value> {
     let name = format!("test.{}", format!("{kind:?}").to_lowercase());
     let input = match kind {
         Kind::Dispatch => Schema::any(),
@@ -213,8 +225,12 @@ pub fn program(kind: Kind, dispatcher: Option<Arc<dyn Dispatcher>>) -> Program<V
     Program::new(ProgramConfig {
         definition: Arc::new(TestDefinition { kind, descriptor }),
         dispatcher,
-        implementation: implementation_digest(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION")),
-        configuration: configuration_digest(&kind).expect("encodes"),
+        implementation: implementation_digest(env!("CARGO_PKG_NAME"), build),
+        configuration: if setting.is_null() {
+            configuration_digest(&kind).expect("encodes")
+        } else {
+            configuration_digest(&(kind, setting)).expect("encodes")
+        },
     })
 }
 

@@ -5,18 +5,19 @@ use std::time::Duration;
 
 use baton_run::dispatch::ReplayPolicy;
 use baton_run::log::{Record, RecordBody, RecordKind, Snapshot, verify};
+use baton_run::program::Purpose;
 use baton_run::program::{
     Definition, Descriptor, Effect, Execution, ExecutionState, ProgramConfig, Schema, Signal,
     SignalBody, StepError, Transition, configuration_digest, implementation_digest,
 };
 use baton_run::store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, Lease, ListFilter, Store, TreeLoad, TreeMeta,
-    TreeStatus,
+    AcquireRequest, Acquired, Append, AppendOutcome, Lease, ListCursor, ListFilter, Store,
+    TreeLoad, TreeMeta, TreeStatus,
 };
 use baton_run::{
-    Digest, EffectId, Engine, EngineConfig, Payload, ProcessId, Program, RecoverOptions,
-    RuntimeError, Scope, Settlement, StartId, StartRequest, Status, Timestamp, TreeId, TreeView,
-    Visibility,
+    Digest, EffectId, Engine, EngineConfig, Labels, ManualClock, Name, Payload, ProcessId, Program,
+    ProgramVersion, RecoverOptions, RuntimeError, Scope, Settlement, StartId, StartRequest, Status,
+    Timestamp, TreeId, TreeView, Visibility,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -47,6 +48,16 @@ use crate::{Cut, FaultStore, ScriptedDispatcher};
 ///   up the lease in its commit;
 /// - **listing** by status and scope, sorted by tree id, without trees that
 ///   have no records;
+/// - **labels**: a tree's program version, labels and start time load and
+///   list back as appended; a listing selects the trees carrying every
+///   label asked for, with status and scope filters too;
+/// - **paging**: a long listing read a page at a time (with and without a
+///   filter) lists every tree once, in order, also while trees are added
+///   between pages, and the last page has no next cursor;
+/// - **engine listing**: trees an engine starts with labels list with their
+///   program's exact version, their labels and their start time through
+///   every later append and lease release; a second start of the same id
+///   with other labels keeps the first labels;
 /// - **crash matrix**: with a real engine and a [`FaultStore`] cutting the
 ///   store before and after the first commit of each record kind of a
 ///   one-dispatch program, recovery on the same store shows the guaranteed
@@ -62,6 +73,9 @@ pub async fn store_conformance<S: Store>(factory: impl Fn() -> S) {
     snapshots(fresh()).await;
     engine_snapshots(fresh()).await;
     listing(fresh()).await;
+    labels(fresh()).await;
+    paging(fresh()).await;
+    engine_listing(fresh()).await;
     crash_matrix(&fresh).await;
 }
 
@@ -93,12 +107,12 @@ async fn granted(store: &dyn Store, request: AcquireRequest, case: &str) -> (Lea
 }
 
 fn meta(tree: TreeId, scope: &str, status: TreeStatus, updated: u64) -> TreeMeta {
-    TreeMeta {
+    TreeMeta::new(
         tree,
-        scope: Scope::new(scope).expect("valid scope"),
+        Scope::new(scope).expect("valid scope"),
         status,
-        updated: Timestamp(updated),
-    }
+        Timestamp(updated),
+    )
 }
 
 /// A valid record whose body carries `content` (so sizes can vary).
@@ -605,6 +619,7 @@ async fn listing(store: Arc<dyn Store>) {
         let filter = ListFilter {
             status,
             scope: scope.map(|s| Scope::new(s).expect("valid scope")),
+            ..ListFilter::default()
         };
         async move {
             let listing = store
@@ -655,6 +670,362 @@ async fn listing(store: Arc<dyn Store>) {
             .is_empty(),
         "{case}: an empty match"
     );
+}
+
+fn labels_of(pairs: &[(&str, &str)]) -> Labels {
+    Labels::from_pairs(pairs.iter().copied()).expect("valid labels")
+}
+
+/// Listing metadata carrying a program version, labels and a start time.
+fn labeled_meta(tree: TreeId, scope: &str, status: TreeStatus, labels: Labels) -> TreeMeta {
+    let name = Name::new("testkit.labeled").expect("valid name");
+    TreeMeta {
+        program: Some(ProgramVersion {
+            digest: Digest::of_parts(Purpose::Program, &[name.as_str().as_bytes()]),
+            name,
+        }),
+        labels,
+        created: Some(Timestamp(1_000)),
+        ..meta(tree, scope, status, 2_000)
+    }
+}
+
+async fn list_all(store: &dyn Store, filter: ListFilter, case: &str) -> Vec<TreeMeta> {
+    let listing = store
+        .list(filter)
+        .await
+        .unwrap_or_else(|error| panic!("{case}: list failed: {error}"));
+    assert!(
+        listing.unreadable.is_empty(),
+        "{case}: no row is unreadable: {:?}",
+        listing.unreadable
+    );
+    listing.trees
+}
+
+async fn labels(store: Arc<dyn Store>) {
+    let case = "labels";
+    let entries = [
+        (
+            "lb1",
+            "acme",
+            TreeStatus::Running,
+            labels_of(&[("team", "billing"), ("env", "prod")]),
+        ),
+        (
+            "lb2",
+            "acme",
+            TreeStatus::Done,
+            labels_of(&[("team", "billing"), ("env", "staging")]),
+        ),
+        (
+            "lb3",
+            "other",
+            TreeStatus::Running,
+            labels_of(&[("team", "billing"), ("env", "prod")]),
+        ),
+        (
+            "lb4",
+            "acme",
+            TreeStatus::Running,
+            labels_of(&[("team", "sales")]),
+        ),
+        ("lb5", "acme", TreeStatus::Running, Labels::new()),
+    ];
+    let mut metas = Vec::new();
+    for (key, scope, status, labels) in &entries {
+        let t = tree(key);
+        let (lease, _) = granted(&*store, acquire(t, "a", 0, false), case).await;
+        let mut item = append(t, lease.token, chain(t, (0, Digest::ZERO), 1, key));
+        item.meta = labeled_meta(t, scope, *status, labels.clone());
+        metas.push(item.meta.clone());
+        assert_eq!(one(&*store, item, case).await, AppendOutcome::Committed);
+    }
+    metas.sort_by_key(|m| m.tree);
+    // What was appended loads and lists back whole.
+    for meta in &metas {
+        assert_eq!(
+            load(&*store, meta.tree, case).await.meta.as_ref(),
+            Some(meta),
+            "{case}: the program, labels and start time load back"
+        );
+    }
+    assert_eq!(
+        list_all(&*store, ListFilter::default(), case).await,
+        metas,
+        "{case}: the program, labels and start time list back"
+    );
+    let select = |pairs: &[(&str, &str)], scope: Option<&str>, status: Option<TreeStatus>| {
+        let store = store.clone();
+        let filter = ListFilter {
+            labels: labels_of(pairs),
+            scope: scope.map(|s| Scope::new(s).expect("valid scope")),
+            status,
+            ..ListFilter::default()
+        };
+        async move {
+            list_all(&*store, filter, case)
+                .await
+                .into_iter()
+                .map(|meta| meta.tree)
+                .collect::<Vec<_>>()
+        }
+    };
+    let trees = |keys: &[&str]| {
+        let mut trees: Vec<TreeId> = keys.iter().map(|key| tree(key)).collect();
+        trees.sort();
+        trees
+    };
+    assert_eq!(
+        select(&[("team", "billing")], None, None).await,
+        trees(&["lb1", "lb2", "lb3"]),
+        "{case}: by one label"
+    );
+    assert_eq!(
+        select(&[("team", "billing"), ("env", "prod")], None, None).await,
+        trees(&["lb1", "lb3"]),
+        "{case}: every label asked for must match"
+    );
+    assert_eq!(
+        select(&[("team", "billing"), ("env", "prod")], Some("acme"), None).await,
+        trees(&["lb1"]),
+        "{case}: by labels and scope"
+    );
+    assert_eq!(
+        select(&[("team", "billing")], None, Some(TreeStatus::Done)).await,
+        trees(&["lb2"]),
+        "{case}: by labels and status"
+    );
+    assert!(
+        select(&[("team", "billing"), ("zone", "a")], None, None)
+            .await
+            .is_empty(),
+        "{case}: a label no tree carries matches nothing"
+    );
+    assert!(
+        select(&[("team", "bill")], None, None).await.is_empty(),
+        "{case}: values match whole, not by prefix"
+    );
+}
+
+/// Reads every page of `filter` with pages of `limit`, calling `between`
+/// after each page; returns the trees in the order listed.
+async fn pages(
+    store: &dyn Store,
+    filter: &ListFilter,
+    limit: u32,
+    case: &str,
+    mut between: impl AsyncFnMut(usize),
+) -> Vec<TreeId> {
+    let mut listed = Vec::new();
+    let mut after = None;
+    for page in 0.. {
+        assert!(page <= 1_000, "{case}: paging never ends");
+        let listing = store
+            .list(ListFilter {
+                limit: std::num::NonZeroU32::new(limit),
+                after: after.clone(),
+                ..filter.clone()
+            })
+            .await
+            .unwrap_or_else(|error| panic!("{case}: list failed: {error}"));
+        assert!(
+            listing.trees.len() <= limit as usize,
+            "{case}: a page holds at most {limit} trees, got {}",
+            listing.trees.len()
+        );
+        listed.extend(listing.trees.iter().map(|meta| meta.tree));
+        match listing.next {
+            Some(next) => {
+                assert_eq!(
+                    listing.trees.len(),
+                    limit as usize,
+                    "{case}: only the last page is short"
+                );
+                let text = next.to_string();
+                let parsed: ListCursor = text.parse().unwrap_or_else(|error| {
+                    panic!("{case}: cursor {text:?} does not parse: {error}")
+                });
+                assert_eq!(parsed, next, "{case}: a cursor's text reads back");
+                after = Some(parsed);
+            }
+            None => break,
+        }
+        between(page).await;
+    }
+    listed
+}
+
+async fn paging(store: Arc<dyn Store>) {
+    let case = "paging";
+    let mut expected = Vec::new();
+    let mut even = Vec::new();
+    let write = async |key: String, labels: Labels| {
+        let t = tree(&key);
+        let (lease, _) = granted(&*store, acquire(t, "a", 0, false), case).await;
+        let mut item = append(t, lease.token, chain(t, (0, Digest::ZERO), 1, &key));
+        item.meta = labeled_meta(t, SCOPE, TreeStatus::Waiting, labels);
+        assert_eq!(one(&*store, item, case).await, AppendOutcome::Committed);
+        t
+    };
+    for n in 0..23 {
+        let parity = if n % 2 == 0 { "even" } else { "odd" };
+        let t = write(format!("page-{n}"), labels_of(&[("parity", parity)])).await;
+        expected.push(t);
+        if n % 2 == 0 {
+            even.push(t);
+        }
+    }
+    expected.sort();
+    even.sort();
+    // Acquired but never appended: on no page.
+    granted(&*store, acquire(tree("page-none"), "a", 0, false), case).await;
+    for limit in [1, 5, 23, 24, 100] {
+        let listed = pages(&*store, &ListFilter::default(), limit, case, async |_| {}).await;
+        assert_eq!(
+            listed, expected,
+            "{case}: pages of {limit} list every tree once, in tree-id order"
+        );
+    }
+    let by_label = ListFilter {
+        labels: labels_of(&[("parity", "even")]),
+        ..ListFilter::default()
+    };
+    assert_eq!(
+        pages(&*store, &by_label, 4, case, async |_| {}).await,
+        even,
+        "{case}: pages of a label filter list every match once"
+    );
+    // Trees added while a listing is paged through: every tree that was
+    // there from the start is listed exactly once, and the listing stays
+    // in order.
+    let mut added = 0;
+    let listed = pages(&*store, &ListFilter::default(), 6, case, async |page| {
+        write(format!("page-added-{page}"), Labels::new()).await;
+        added += 1;
+    })
+    .await;
+    assert!(added > 0, "{case}: trees were added between pages");
+    let mut sorted = listed.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(listed, sorted, "{case}: no tree twice, in order");
+    for tree in &expected {
+        assert!(
+            listed.contains(tree),
+            "{case}: tree {tree}, there throughout, was missed"
+        );
+    }
+}
+
+/// Trees an engine starts with labels list with their program's version,
+/// labels and start time, through every later append and lease release.
+async fn engine_listing(store: Arc<dyn Store>) {
+    let case = "engine listing";
+    let program = crate::programs::program(crate::programs::Kind::Ask, None);
+    let clock = Arc::new(ManualClock::new(Timestamp(5_000)));
+    let engine = Engine::new(EngineConfig {
+        programs: vec![program.erase()],
+        clock: clock.clone(),
+        ..EngineConfig::new(store.clone())
+    })
+    .expect("valid engine configuration");
+    let labels = labels_of(&[("team", "billing"), ("ticket", "t-42")]);
+    let request = StartRequest {
+        labels: labels.clone(),
+        ..StartRequest::new(StartId::new(SCOPE, "labeled").expect("valid"), json!("ok?"))
+    };
+    let handle = engine
+        .start(&program, request)
+        .await
+        .unwrap_or_else(|error| panic!("{case}: start failed: {error}"));
+    let tree = handle.tree();
+    let other = StartRequest::new(StartId::new(SCOPE, "unlabeled").expect("valid"), json!("?"));
+    engine
+        .start(&program, other)
+        .await
+        .unwrap_or_else(|error| panic!("{case}: start failed: {error}"));
+    let view = view_until(&engine, tree, case, |view| {
+        view.status == TreeStatus::Waiting
+    })
+    .await;
+    assert_eq!(view.labels, labels, "{case}: inspect shows the labels");
+    assert_eq!(
+        view.program,
+        program.reference().version(),
+        "{case}: inspect shows the program's exact version"
+    );
+    assert_eq!(
+        view.created,
+        Some(Timestamp(5_000)),
+        "{case}: inspect shows the start time"
+    );
+    // Starting the same id again with other labels is the same start; the
+    // first labels stay.
+    clock.advance(Duration::from_millis(10));
+    let again = StartRequest {
+        labels: labels_of(&[("team", "sales")]),
+        ..StartRequest::new(StartId::new(SCOPE, "labeled").expect("valid"), json!("ok?"))
+    };
+    let again = engine
+        .start(&program, again)
+        .await
+        .unwrap_or_else(|error| panic!("{case}: the second start failed: {error}"));
+    assert!(!again.is_new(), "{case}: a second start made no new tree");
+    assert_eq!(again.into_handle().tree(), tree, "{case}: the same tree");
+    let expect_listed = async |status: TreeStatus, what: &str| {
+        let selected = list_all(
+            &*store,
+            ListFilter {
+                labels: labels_of(&[("team", "billing")]),
+                ..ListFilter::default()
+            },
+            case,
+        )
+        .await;
+        assert_eq!(
+            selected.len(),
+            1,
+            "{case}: {what}: only the labeled tree is selected"
+        );
+        let meta = &selected[0];
+        assert_eq!(meta.tree, tree, "{case}: {what}: the labeled tree");
+        assert_eq!(meta.status, status, "{case}: {what}: its status");
+        assert_eq!(meta.labels, labels, "{case}: {what}: its first labels");
+        assert_eq!(
+            meta.program,
+            Some(program.reference().version()),
+            "{case}: {what}: its program's exact version"
+        );
+        assert_eq!(
+            meta.created,
+            Some(Timestamp(5_000)),
+            "{case}: {what}: its start time"
+        );
+    };
+    expect_listed(TreeStatus::Waiting, "after the start").await;
+    let wait = view
+        .processes
+        .first()
+        .and_then(|process| process.open_waits.first())
+        .map(|wait| wait.id)
+        .unwrap_or_else(|| panic!("{case}: the tree waits for an answer"));
+    clock.advance(Duration::from_millis(10));
+    engine
+        .answer(
+            &scope(),
+            tree,
+            wait,
+            Payload::encode(&json!(true)).expect("encodes"),
+        )
+        .await
+        .unwrap_or_else(|error| panic!("{case}: answer failed: {error}"));
+    handle
+        .await_result()
+        .await
+        .unwrap_or_else(|error| panic!("{case}: the tree stopped: {error}"));
+    engine.close().await;
+    expect_listed(TreeStatus::Done, "after later appends and the release").await;
 }
 
 // ---------------------------------------------------------------------------

@@ -42,6 +42,7 @@ pub async fn start_waiting(
     let waiting = ListFilter {
         status: Some(TreeStatus::Waiting),
         scope: None,
+        ..ListFilter::default()
     };
     let mut polls = 0u32;
     while !pending.is_empty() {

@@ -21,7 +21,7 @@ use crate::clock::Timestamp;
 use crate::ids::{EffectId, ProcessId, TreeId};
 use crate::log::{Record, RecordBody};
 use crate::protocol::{ChildOutcome, Execution, Program, Signal, SignalBody, Transition};
-use crate::storage::{Append, AppendOutcome, TreeMeta};
+use crate::storage::{Append, AppendOutcome};
 
 use super::dispatch::{Completion, DispatchJob, Dispatches, Launch, launch};
 use super::error::{ControlError, RuntimeError, SignalError};
@@ -701,12 +701,7 @@ impl Actor {
             prev = record.hash;
             records.push(record);
         }
-        let meta = TreeMeta {
-            tree: self.tree,
-            scope: self.state.start.scope.clone(),
-            status: self.state.tree_status(),
-            updated: self.engine.clock.now(),
-        };
+        let meta = self.state.meta(self.engine.clock.now());
         let pace = &mut self.owner.snapshots;
         pace.records += bodies.len() as u64;
         pace.bytes += written;

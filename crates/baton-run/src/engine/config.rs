@@ -175,6 +175,17 @@ impl Registry {
             .and_then(|digest| self.by_digest.get(digest))
     }
 
+    /// The registered versions of a name, oldest first.
+    pub fn versions(&self, name: &Name) -> Vec<Program> {
+        self.by_name
+            .get(name)
+            .into_iter()
+            .flatten()
+            .filter_map(|digest| self.by_digest.get(digest))
+            .cloned()
+            .collect()
+    }
+
     /// Every registered program, by name, each name's versions oldest first.
     pub fn all(&self) -> Vec<Program> {
         self.by_name

@@ -13,6 +13,8 @@ use crate::ids::{EffectId, ProcessId, Scope, SignalId, StartId, TreeId, WaitId};
 use crate::payload::PayloadError;
 use crate::storage::StoreError;
 
+use super::version::VersionMismatch;
+
 /// A tree's writer stopped without a result: the store failed or another
 /// writer fenced it. The log holds everything committed; recover elsewhere.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -185,9 +187,12 @@ pub enum TreeError {
         /// The caller's scope.
         scope: Scope,
     },
-    /// A stored program is not in this engine's registry.
+    /// A stored program is not in this engine's registry: the tree keeps
+    /// the exact version it started with. `mismatch` says which part of the
+    /// identity differs from the registered versions of the name, and what
+    /// to register.
     #[error(
-        "engine.program.unavailable: tree {tree} needs program {name} ({digest}), which is not registered"
+        "engine.program.unavailable: tree {tree} needs program {name} ({digest}), which is not registered: {mismatch}"
     )]
     ProgramUnavailable {
         /// The tree.
@@ -196,6 +201,9 @@ pub enum TreeError {
         name: String,
         /// Its exact ref digest.
         digest: Digest,
+        /// How it differs from the registered versions of its name (boxed:
+        /// it is large, and errors are passed around often).
+        mismatch: Box<VersionMismatch>,
     },
     /// The log does not verify or does not fold, or the store's record of
     /// the tree disagrees with its log.

@@ -17,7 +17,7 @@ use crate::ids::{ProcessId, TreeId};
 use crate::log::{Record, RecordBody};
 use crate::payload::Payload;
 use crate::protocol::{Execution, Program};
-use crate::storage::{Append, AppendOutcome, TreeMeta};
+use crate::storage::{Append, AppendOutcome};
 
 use super::actor::{Actor, Channels, Command};
 use super::error::{RuntimeError, StartError, TreeError};
@@ -118,7 +118,7 @@ pub(super) async fn start(
                 }));
             }
         };
-    let scope = request.id.scope.clone();
+    let now = engine.clock.now();
     let body = RecordBody::TreeStarted {
         start: request.id,
         root: tree,
@@ -128,6 +128,8 @@ pub(super) async fn start(
         capabilities: request.capabilities,
         deadline: request.deadline,
         limits: engine.limits.clone(),
+        created: Some(now),
+        labels: request.labels,
         state,
     };
     let mut tree_state = TreeState::started(&body)
@@ -138,12 +140,7 @@ pub(super) async fn start(
         tree,
         token: lease.token,
         records: vec![record.clone()],
-        meta: TreeMeta {
-            tree,
-            scope,
-            status: tree_state.tree_status(),
-            updated: engine.clock.now(),
-        },
+        meta: tree_state.meta(now),
         release: false,
     };
     match engine.store.append(vec![append]).await {
@@ -318,11 +315,13 @@ fn programs_of(
             continue;
         }
         let program = engine.program(&process.program.digest).ok_or_else(|| {
-            TreeError::ProgramUnavailable {
-                tree: state.root,
-                name: process.program.name.to_string(),
-                digest: process.program.digest,
-            }
+            super::version::unavailable(
+                &engine.registry,
+                state.root,
+                &process.program.name,
+                process.program.digest,
+                None,
+            )
         })?;
         programs.insert(*id, program);
     }

@@ -14,6 +14,8 @@
 //! - `round.rs`: what a round decides, as plain functions over the fold;
 //! - `dispatch.rs`: dispatches in flight and their launch;
 //! - `state.rs`: the fold (`TreeState::apply`) and `fold` of a stored tree;
+//! - `version.rs`: which part of a stored program's identity differs
+//!   from the registered versions of its name;
 //! - `view.rs`: projections of committed state and the event stream.
 
 mod actor;
@@ -29,6 +31,7 @@ mod shared;
 mod spare;
 mod state;
 mod usage;
+mod version;
 mod view;
 mod watch;
 
@@ -44,6 +47,7 @@ use crate::clock::{Clock, Timestamp};
 use crate::digest::Digest;
 use crate::failure::Failure;
 use crate::ids::{EffectId, Name, ProcessId, Scope, SignalId, StartId, TreeId, WaitId};
+use crate::labels::Labels;
 use crate::payload::Payload;
 use crate::protocol::{Program, Settlement};
 use crate::storage::{ListFilter, Store, StoreError, TreeLoad, TreeStatus};
@@ -52,6 +56,7 @@ pub use config::{ConfigError, EngineConfig, Sleep};
 pub use error::{ControlError, OutputError, RuntimeError, SignalError, StartError, TreeError};
 pub use handle::{Condition, ProcessHandle, Started};
 pub use usage::{ProcessUsage, ProgramUsage, UsageReport};
+pub use version::{IdentityPart, VersionMismatch};
 pub use view::{
     EffectView, Event, EventKind, ProcessView, TreeCapture, TreeView, Visibility, WaitView,
 };
@@ -126,10 +131,16 @@ pub struct StartRequest<I> {
     pub capabilities: Capabilities,
     /// A host deadline: the tree ends `TimedOut` when the clock passes it.
     pub deadline: Option<Timestamp>,
+    /// Labels to list and filter the tree by, recorded with its start.
+    /// They are not part of the start's identity: starting the same id
+    /// again with the same program and input but other labels returns the
+    /// existing tree, which keeps the labels of its first start.
+    pub labels: Labels,
 }
 
 impl<I> StartRequest<I> {
-    /// A request with an unlimited budget, no capabilities and no deadline.
+    /// A request with an unlimited budget, no capabilities, no deadline and
+    /// no labels.
     pub fn new(id: StartId, input: I) -> StartRequest<I> {
         StartRequest {
             id,
@@ -137,6 +148,7 @@ impl<I> StartRequest<I> {
             budget: Budget::unlimited(),
             capabilities: Capabilities::none(),
             deadline: None,
+            labels: Labels::new(),
         }
     }
 }
@@ -431,6 +443,7 @@ impl Engine {
             budget: request.budget,
             capabilities: request.capabilities,
             deadline: request.deadline,
+            labels: request.labels,
         };
         self.start_program(registered, request).await
     }
@@ -507,8 +520,8 @@ impl Engine {
         options: RecoverOptions,
     ) -> Result<Vec<(TreeId, Result<(), TreeError>)>, StoreError> {
         let filter = ListFilter {
-            status: None,
             scope: options.scope.clone(),
+            ..ListFilter::default()
         };
         // Trees are taken up concurrently, so their lease acquisitions share
         // the store's group commits instead of waiting for one fsync each.
@@ -936,14 +949,29 @@ impl EngineInner {
         // Read without a lease first: a tree that cannot be taken up stays untouched.
         let load = self.store.load(tree).await?;
         let (state, _, _) = self.checked_fold(tree, &load, scope)?;
-        for process in state.processes.values().filter(|p| p.termination.is_none()) {
-            if self.program(&process.program.digest).is_none() {
-                return Err(TreeError::ProgramUnavailable {
-                    tree,
-                    name: process.program.name.to_string(),
-                    digest: process.program.digest,
-                });
-            }
+        if let Some((process, name, digest)) =
+            version::first_unavailable(&state, |digest| self.program(digest).is_some())
+        {
+            // The root's full identity is in its start record, which the
+            // load holds unless a snapshot compacted it away; a store that
+            // keeps the whole history still has it.
+            let stored = match (process == tree, version::root_reference(&load)) {
+                (false, _) => None,
+                (true, Some(reference)) => Some(reference),
+                (true, None) => self
+                    .store
+                    .history(tree)
+                    .await
+                    .ok()
+                    .and_then(|history| version::root_reference(&history)),
+            };
+            return Err(version::unavailable(
+                &self.registry,
+                tree,
+                &name,
+                digest,
+                stored.as_ref(),
+            ));
         }
         if state.root_termination().is_some() {
             return Ok(lifecycle::finished(self, &state));

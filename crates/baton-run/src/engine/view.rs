@@ -5,12 +5,14 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::budget::{Budget, Usage};
+use crate::clock::Timestamp;
 use crate::digest::Digest;
 use crate::failure::{Status, Termination};
 use crate::ids::{ChildKey, EffectId, Name, ProcessId, Scope, TreeId, WaitId};
+use crate::labels::Labels;
 use crate::log::RecordBody;
 use crate::payload::Payload;
-use crate::protocol::{Effect, Settlement, Transition};
+use crate::protocol::{Effect, ProgramVersion, Settlement, Transition};
 use crate::storage::TreeStatus;
 
 use super::state::{Phase, ProcessState, TreeState};
@@ -36,6 +38,15 @@ pub struct TreeView {
     pub scope: Scope,
     /// Its listing status.
     pub status: TreeStatus,
+    /// The root's program and the exact version the tree runs (it keeps
+    /// the version it started with).
+    pub program: ProgramVersion,
+    /// The labels it was started with.
+    #[serde(default)]
+    pub labels: Labels,
+    /// When it was started (engine clock), when its start recorded it.
+    #[serde(default)]
+    pub created: Option<Timestamp>,
     /// The committed head sequence.
     pub head_seq: u64,
     /// The committed head hash.
@@ -132,6 +143,12 @@ impl TreeView {
             tree: state.root,
             scope: state.start.scope.clone(),
             status: state.tree_status(),
+            program: ProgramVersion {
+                name: state.processes[&state.root].program.name.clone(),
+                digest: state.processes[&state.root].program.digest,
+            },
+            labels: state.labels.clone(),
+            created: state.created,
             head_seq,
             head,
             processes,

@@ -158,12 +158,7 @@ proptest! {
                     tree,
                     token: lease.token,
                     records,
-                    meta: TreeMeta {
-                        tree,
-                        scope: Scope::new(SCOPE).expect("valid"),
-                        status: TreeStatus::Done,
-                        updated: Timestamp(0),
-                    },
+                    meta: TreeMeta::new(tree, Scope::new(SCOPE).expect("valid"), TreeStatus::Done, Timestamp(0)),
                     release: true,
                 }])
                 .await

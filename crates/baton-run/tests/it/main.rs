@@ -14,4 +14,5 @@ mod schema;
 mod store;
 mod store_conformance;
 mod trees;
+mod versions;
 mod writer;

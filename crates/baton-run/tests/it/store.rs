@@ -21,12 +21,12 @@ fn acquire(tree: ProcessId, owner: &str, now: u64, force: bool) -> AcquireReques
 }
 
 fn meta(tree: ProcessId) -> TreeMeta {
-    TreeMeta {
+    TreeMeta::new(
         tree,
-        scope: Scope::new("acme").expect("valid"),
-        status: TreeStatus::Running,
-        updated: Timestamp(0),
-    }
+        Scope::new("acme").expect("valid"),
+        TreeStatus::Running,
+        Timestamp(0),
+    )
 }
 
 fn record(seq: u64, prev: Digest, tree: ProcessId) -> Record {

@@ -57,12 +57,7 @@ fn one_record(tree: TreeId, token: u64) -> Append {
         tree,
         token,
         records: vec![Record::seal(1, Digest::ZERO, &body)],
-        meta: TreeMeta {
-            tree,
-            scope: scope(),
-            status: TreeStatus::Running,
-            updated: Timestamp(1),
-        },
+        meta: TreeMeta::new(tree, scope(), TreeStatus::Running, Timestamp(1)),
         release: false,
     }
 }

@@ -10,6 +10,7 @@ mod conformance;
 mod corruption;
 mod errors;
 mod leases;
+mod migration;
 mod soak;
 mod store;
 mod support;

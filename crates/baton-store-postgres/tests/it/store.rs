@@ -60,12 +60,12 @@ async fn lease(store: &PostgresStore, tree: TreeId) -> u64 {
 }
 
 fn meta(tree: TreeId, status: TreeStatus, updated: u64) -> TreeMeta {
-    TreeMeta {
+    TreeMeta::new(
         tree,
-        scope: Scope::new("acme").expect("valid"),
+        Scope::new("acme").expect("valid"),
         status,
-        updated: Timestamp(updated),
-    }
+        Timestamp(updated),
+    )
 }
 
 fn step(tree: TreeId, seq: u64, prev: Digest, state: &str) -> Record {

@@ -364,6 +364,7 @@ async fn a_tree_moved_to_another_scope_in_its_row_is_refused_at_attach() {
         .list(ListFilter {
             status: Some(TreeStatus::Waiting),
             scope: Some(scope()),
+            ..ListFilter::default()
         })
         .await
         .expect("lists");

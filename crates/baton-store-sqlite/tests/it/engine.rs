@@ -261,6 +261,7 @@ async fn a_fresh_engine_on_a_reopened_file_recovers_a_tree_from_a_dropped_engine
         .list(baton_run::store::ListFilter {
             status: Some(TreeStatus::Done),
             scope: None,
+            ..baton_run::store::ListFilter::default()
         })
         .await
         .expect("lists");

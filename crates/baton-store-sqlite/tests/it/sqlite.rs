@@ -36,12 +36,12 @@ async fn lease(store: &SqliteStore, tree: TreeId) -> u64 {
 }
 
 fn meta(tree: TreeId, status: TreeStatus, updated: u64) -> TreeMeta {
-    TreeMeta {
+    TreeMeta::new(
         tree,
-        scope: Scope::new("acme").expect("valid"),
+        Scope::new("acme").expect("valid"),
         status,
-        updated: Timestamp(updated),
-    }
+        Timestamp(updated),
+    )
 }
 
 /// A step record carrying `state` as the process's execution state.
@@ -410,5 +410,106 @@ async fn bytes_written_counts_appended_bodies_and_only_new_pieces_of_a_large_sta
     assert!(
         grown > 0 && grown < size / 10,
         "{grown} bytes for a snapshot"
+    );
+}
+
+/// Schema version 1, as builds before listings kept programs, labels and
+/// start times created it.
+const SCHEMA_1: &str = "
+    CREATE TABLE trees (
+        key         INTEGER PRIMARY KEY,
+        id          TEXT NOT NULL UNIQUE,
+        scope       TEXT,
+        status      TEXT,
+        updated     INTEGER,
+        lease_token INTEGER,
+        lease_owner TEXT,
+        lease_until INTEGER,
+        last_token  INTEGER NOT NULL,
+        head_seq    INTEGER NOT NULL,
+        head_hash   BLOB NOT NULL
+    );
+    CREATE INDEX trees_by_status ON trees (status, scope, id);
+    CREATE INDEX trees_by_scope ON trees (scope, status, id);
+    CREATE TABLE records (
+        tree   INTEGER NOT NULL,
+        seq    INTEGER NOT NULL,
+        kind   TEXT NOT NULL,
+        prev   BLOB NOT NULL,
+        hash   BLOB NOT NULL,
+        body   BLOB,
+        chunks BLOB,
+        PRIMARY KEY (tree, seq)
+    );
+    CREATE TABLE snapshots (
+        tree   INTEGER PRIMARY KEY,
+        seq    INTEGER NOT NULL,
+        head   BLOB NOT NULL,
+        digest BLOB NOT NULL,
+        body   BLOB,
+        chunks BLOB
+    );
+    CREATE TABLE chunks (
+        id     INTEGER PRIMARY KEY,
+        tree   INTEGER NOT NULL,
+        digest BLOB NOT NULL,
+        bytes  BLOB NOT NULL,
+        UNIQUE (tree, digest)
+    );
+    PRAGMA application_id = 1111577678;
+    PRAGMA user_version = 1;
+";
+
+#[tokio::test]
+async fn a_file_of_schema_version_1_is_migrated_and_its_trees_read_list_and_go_on() {
+    let old = baton_testkit::waiting_tree().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("version1.db");
+    {
+        let conn = rusqlite::Connection::open(&path).expect("opens");
+        conn.execute_batch(SCHEMA_1).expect("the version 1 schema");
+        let last = old.records.last().expect("the tree has records");
+        conn.execute(
+            "INSERT INTO trees (id, scope, status, updated, last_token, head_seq, head_hash)
+             VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6)",
+            rusqlite::params![
+                old.tree.to_string(),
+                old.meta.scope.as_str(),
+                old.meta.status.as_str(),
+                old.meta.updated.0 as i64,
+                last.seq as i64,
+                &last.hash.as_bytes()[..],
+            ],
+        )
+        .expect("the tree's row");
+        let key = conn.last_insert_rowid();
+        for record in &old.records {
+            assert!(
+                record.body.len() <= 4096,
+                "version 1 kept small bodies inline"
+            );
+            conn.execute(
+                "INSERT INTO records (tree, seq, kind, prev, hash, body) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                rusqlite::params![
+                    key,
+                    record.seq as i64,
+                    record.kind.as_str(),
+                    &record.prev.as_bytes()[..],
+                    &record.hash.as_bytes()[..],
+                    &record.body[..],
+                ],
+            )
+            .expect("a record");
+        }
+    }
+    let store = SqliteStore::open(&path).expect("a version 1 file opens");
+    baton_testkit::migrated_store_conformance(Arc::new(store), &old).await;
+    let conn = rusqlite::Connection::open(&path).expect("opens");
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .expect("reads");
+    assert_eq!(
+        version, SCHEMA_VERSION,
+        "the file was migrated to the current version"
     );
 }

@@ -81,6 +81,7 @@ pub(super) async fn a_fresh_engine_recovers_a_tree_from_a_dropped_engine_unless_
         .list(ListFilter {
             status: Some(TreeStatus::Done),
             scope: None,
+            ..ListFilter::default()
         })
         .await
         .expect("lists");

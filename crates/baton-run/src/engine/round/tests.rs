@@ -96,6 +96,8 @@ fn tree(root: &Program, budget: Budget) -> TreeState {
         capabilities: Capabilities::none(),
         deadline: Some(Timestamp(1_000)),
         limits: TreeLimits::default(),
+        created: None,
+        labels: crate::labels::Labels::new(),
         state: ExecutionState(Payload::null()),
     };
     TreeState::started(&body).expect("a start record folds")

@@ -15,12 +15,14 @@ use crate::descriptor::Schema;
 use crate::digest::Digest;
 use crate::failure::{Cause, Failure, Status, Termination};
 use crate::ids::{ChildKey, EffectId, Name, ProcessId, SignalId, StartId, WaitId};
+use crate::labels::Labels;
 use crate::log::{Delivery, RecordBody};
 use crate::payload::Payload;
 use crate::protocol::{
-    ChildOutcome, Effect, ExecutionState, ProgramRef, Settlement, Signal, SignalBody, Transition,
+    ChildOutcome, Effect, ExecutionState, ProgramRef, ProgramVersion, Settlement, Signal,
+    SignalBody, Transition,
 };
-use crate::storage::TreeStatus;
+use crate::storage::{TreeMeta, TreeStatus};
 
 mod fold;
 
@@ -35,6 +37,12 @@ pub(crate) struct TreeState {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<Timestamp>,
     pub limits: TreeLimits,
+    /// When the tree was started, when its start recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<Timestamp>,
+    /// The labels the tree was started with.
+    #[serde(default, skip_serializing_if = "Labels::is_empty")]
+    pub labels: Labels,
     /// Bytes of log records folded into this state (kept by the writer and
     /// by the fold, not by `apply`, which never sees record sizes).
     #[serde(default)]
@@ -491,6 +499,8 @@ impl TreeState {
             capabilities,
             deadline,
             limits,
+            created,
+            labels,
             state,
         } = body
         else {
@@ -502,6 +512,8 @@ impl TreeState {
             root: *root,
             deadline: *deadline,
             limits: limits.clone(),
+            created: *created,
+            labels: labels.clone(),
             history_bytes: 0,
             processes: BTreeMap::from([(*root, Box::new(process))]),
         })
@@ -583,6 +595,22 @@ impl TreeState {
         }
         path.reverse();
         path
+    }
+
+    /// What a store lists this tree under after an append at `updated`.
+    pub fn meta(&self, updated: Timestamp) -> TreeMeta {
+        TreeMeta {
+            tree: self.root,
+            scope: self.start.scope.clone(),
+            status: self.tree_status(),
+            updated,
+            program: self.processes.get(&self.root).map(|root| ProgramVersion {
+                name: root.program.name.clone(),
+                digest: root.program.digest,
+            }),
+            labels: self.labels.clone(),
+            created: self.created,
+        }
     }
 
     /// The status a store lists this tree under.
