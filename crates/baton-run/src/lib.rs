@@ -61,10 +61,11 @@ pub use budget::{Budget, Capabilities, Dimension, Meters, Quota, TreeLimits, Usa
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use digest::{Digest, DigestParseError};
 pub use engine::{
-    ConfigError, ControlError, EffectView, Engine, EngineConfig, Event, EventKind, OutputError,
-    ProcessHandle, ProcessView, RecoverOptions, RuntimeError, SignalError, SignalReceipt,
-    SignalRequest, Sleep, StartError, StartRequest, Started, TreeCapture, TreeError, TreeView,
-    Verification, Visibility, WaitView,
+    Condition, ConfigError, ControlError, EffectView, Engine, EngineConfig, Event, EventKind,
+    Events, EventsError, OutputError, ProcessHandle, ProcessView, RecoverOptions, RuntimeError,
+    SignalError, SignalReceipt, SignalRequest, Sleep, StartError, StartRequest, Started,
+    TreeCapture, TreeError, TreeView, Verification, Visibility, WaitView, Watch, WatchEvent,
+    WatchKind,
 };
 pub use failure::{Cause, Failure, FailureKind, Status, Termination};
 pub use ids::{

@@ -503,7 +503,7 @@ async fn streamed_deltas_arrive_as_engine_events_in_order() {
         .expect("starts");
     handle.join().await.expect("joins");
     let mut texts = Vec::new();
-    while let Ok(event) = events.try_recv() {
+    while let Ok(Some(event)) = events.try_recv() {
         if let EventKind::Delta { delta, .. } = event.kind {
             let delta: baton_agent::Delta = delta.decode().expect("a delta");
             if let baton_agent::Delta::Text { text } = delta {

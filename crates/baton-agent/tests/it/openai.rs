@@ -303,7 +303,7 @@ async fn streamed_deltas_arrive_as_engine_events_in_order() {
     handle.join().await.expect("joins");
     assert_eq!(output.response.message().text(), "Hello, world");
     let mut texts = Vec::new();
-    while let Ok(event) = events.try_recv() {
+    while let Ok(Some(event)) = events.try_recv() {
         if let EventKind::Delta { delta, .. } = event.kind {
             assert_eq!(event.process, handle.id());
             if let baton_agent::Delta::Text { text } = delta.decode().expect("a delta") {

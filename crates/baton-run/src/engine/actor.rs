@@ -111,6 +111,11 @@ pub(super) struct Actor {
     /// after the next renewal.
     renewals: Vec<oneshot::Sender<Result<(), RuntimeError>>>,
     channels: Channels,
+    /// The engine is shutting down: no new steps, only settlements of the
+    /// dispatches in flight.
+    draining: bool,
+    /// Told once no dispatch is in flight any more while draining.
+    drained: Option<oneshot::Sender<()>>,
 }
 
 impl Actor {
@@ -146,6 +151,8 @@ impl Actor {
             lease_until: now.plus(engine.lease_ttl),
             renewals: Vec::new(),
             channels,
+            draining: false,
+            drained: None,
         }
     }
 
@@ -198,13 +205,15 @@ impl Actor {
             while let Ok(completion) = self.channels.completions.try_recv() {
                 self.complete(*completion);
             }
-            for body in round::deadline(&self.state, self.engine.clock.now()) {
-                self.stage(body);
+            if !self.draining {
+                for body in round::deadline(&self.state, self.engine.clock.now()) {
+                    self.stage(body);
+                }
+                for body in round::history(&self.state) {
+                    self.stage(body);
+                }
+                self.drive();
             }
-            for body in round::history(&self.state) {
-                self.stage(body);
-            }
-            self.drive();
             if !self.staged.is_empty() {
                 if let Err(error) = self.commit().await {
                     self.stop(error);
@@ -217,14 +226,22 @@ impl Actor {
                 self.finish().await;
                 return;
             }
+            if self.draining
+                && self.dispatches.is_empty()
+                && let Some(drained) = self.drained.take()
+            {
+                let _ = drained.send(());
+            }
             if self.idle() {
                 match self.hibernate() {
                     None => return,
                     Some(awake) => self = awake,
                 }
             }
-            // The tree's deadline, or the end of a backoff, whichever is first.
+            // The tree's deadline, or the end of a backoff, whichever is
+            // first (a draining tree acts on neither).
             let deadline = match (self.live_deadline(), self.next_backoff()) {
+                _ if self.draining => None,
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
@@ -292,6 +309,7 @@ impl Actor {
                     tree: self.tree,
                     process: self.tree,
                     path: Vec::new(),
+                    program: None,
                     kind: EventKind::LeaseRenewalFailed {
                         reason: error.to_string(),
                         until: self.lease_until,
@@ -456,6 +474,10 @@ impl Actor {
             Command::Inspect { reply } => self.inspects.push(reply),
             Command::Renew { reply } => self.renewals.push(reply),
             Command::Close { reply } => return Some(reply),
+            Command::Drain { reply } => {
+                self.draining = true;
+                self.drained = Some(reply);
+            }
         }
         None
     }
@@ -764,6 +786,11 @@ impl Actor {
             tree: self.tree,
             process,
             path: self.state.path(process),
+            program: self
+                .state
+                .processes
+                .get(&process)
+                .map(|p| p.program.name.clone()),
             kind,
         });
     }
@@ -796,7 +823,9 @@ impl Actor {
                 terminated.push((process, termination.clone()));
             }
         }
+        let reached = self.state.reached(first + bodies.len() as u64 - 1);
         if terminated.is_empty() {
+            self.owner.outcome.modify(|o| o.reached = reached);
             return;
         }
         // Only a terminated process or one of its ancestors can have drained now.
@@ -824,6 +853,7 @@ impl Actor {
         self.owner.outcome.modify(|o| {
             o.terminations.extend(terminated);
             o.drained.extend(drained);
+            o.reached = reached;
         });
     }
 
@@ -901,8 +931,22 @@ impl Actor {
         else {
             return;
         };
+        // Deltas name their process's place only when someone listens.
+        let (path, program) = if self.engine.events.receiver_count() == 0 {
+            (Vec::new(), None)
+        } else {
+            (
+                self.state.path(job.process),
+                self.state
+                    .processes
+                    .get(&job.process)
+                    .map(|p| p.program.name.clone()),
+            )
+        };
         let to = Launch {
             tree: self.tree,
+            path,
+            program,
             events: self.engine.events.clone(),
             clock: self.engine.clock.clone(),
             completions: self.channels.completion_sender.clone(),
@@ -920,6 +964,7 @@ impl Actor {
             tree: self.tree,
             process: self.tree,
             path: Vec::new(),
+            program: None,
             kind: EventKind::Stopped {
                 reason: error.to_string(),
             },

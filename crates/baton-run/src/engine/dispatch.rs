@@ -156,6 +156,9 @@ impl Dispatches {
 /// Where a launched dispatch reports to.
 pub(super) struct Launch {
     pub tree: TreeId,
+    /// The process's path and program name, for its delta events.
+    pub path: Vec<crate::ids::ChildKey>,
+    pub program: Option<crate::ids::Name>,
     pub events: broadcast::Sender<Event>,
     pub clock: Arc<dyn Clock>,
     pub completions: mpsc::UnboundedSender<Box<Completion>>,
@@ -167,6 +170,7 @@ pub(super) struct Launch {
 pub(super) fn launch(job: DispatchJob, dispatcher: Arc<dyn Dispatcher>, to: Launch) {
     let (tree, process, effect) = (to.tree, job.process, job.effect);
     let events = to.events;
+    let (path, program) = (to.path, to.program);
     let call = DispatchCall {
         effect,
         process,
@@ -178,7 +182,8 @@ pub(super) fn launch(job: DispatchJob, dispatcher: Arc<dyn Dispatcher>, to: Laun
                 let _ = events.send(Event {
                     tree,
                     process,
-                    path: Vec::new(),
+                    path: path.clone(),
+                    program: program.clone(),
                     kind: EventKind::Delta { effect, delta },
                 });
             }),

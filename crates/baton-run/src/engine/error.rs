@@ -129,6 +129,11 @@ pub enum StartError {
         /// The name asked for.
         name: String,
     },
+    /// The engine is shutting down and takes no new work.
+    #[error(
+        "start refused (engine.shutting_down): the engine is shutting down; start the tree on another engine or after a restart"
+    )]
+    ShuttingDown,
     /// The stored tree could not be read.
     #[error("start refused: {0}")]
     Tree(#[from] TreeError),
@@ -147,6 +152,7 @@ impl StartError {
             StartError::Fenced { .. } => "engine.tree.incarnation_conflict",
             StartError::Unregistered { .. } => "engine.program.unregistered",
             StartError::UnknownProgram { .. } => "engine.program.unknown",
+            StartError::ShuttingDown => "engine.shutting_down",
             StartError::Tree(error) => error.code(),
             StartError::Store(_) => "engine.store.failed",
         }
@@ -212,6 +218,14 @@ pub enum TreeError {
         /// Expiry.
         until: Timestamp,
     },
+    /// The engine is shutting down and takes up no more trees.
+    #[error(
+        "engine.shutting_down: the engine is shutting down and takes up no tree; tree {tree} continues on the next engine that recovers it"
+    )]
+    ShuttingDown {
+        /// The tree.
+        tree: TreeId,
+    },
     /// This engine's writer of the tree stopped (another writer fenced it,
     /// or its store failed); the next call takes the tree up afresh.
     #[error(transparent)]
@@ -230,6 +244,7 @@ impl TreeError {
             TreeError::ProgramUnavailable { .. } => "engine.program.unavailable",
             TreeError::Corrupt { .. } => "engine.log.corrupt",
             TreeError::LeaseHeld { .. } => "engine.lease.held",
+            TreeError::ShuttingDown { .. } => "engine.shutting_down",
             TreeError::Stopped(error) => error.code(),
             TreeError::Store(_) => "engine.store.failed",
         }

@@ -57,6 +57,22 @@ impl<O> std::fmt::Debug for Started<O> {
     }
 }
 
+/// What a host can wait for on a tree, with [`ProcessHandle::until`] or
+/// [`super::Engine::until`]. Each holds once the root has terminated, since
+/// nothing else can happen then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Condition {
+    /// A wait for an answer is open somewhere in the tree, or the tree is
+    /// quiescent (no wait will open without outside input).
+    WaitOpened,
+    /// No live process is running: each waits for an answer or is parked
+    /// with an unknown effect, so only a host can move the tree on.
+    Quiescent,
+    /// The root has terminated.
+    Terminal,
+}
+
 /// A handle on a root process.
 pub struct ProcessHandle<O = Payload> {
     engine: Arc<EngineInner>,
@@ -134,6 +150,32 @@ impl<O> ProcessHandle<O> {
             Some((Some(termination), _)) => Ok(termination),
             Some((None, Some(error))) => Err(error),
             _ => Err(self.closed()),
+        }
+    }
+
+    /// Waits until the tree's committed state meets `condition`, then
+    /// returns its view; at once when it already does. A tree whose writer
+    /// stopped reports why; no host needs to loop on [`ProcessHandle::inspect`].
+    pub async fn until(&self, condition: Condition) -> Result<TreeView, ControlError> {
+        let root = self.shared.tree;
+        let result = self
+            .shared
+            .outcome
+            .wait_for(|o| {
+                let reached = o.finished
+                    || o.terminations.contains_key(&root)
+                    || match condition {
+                        Condition::Terminal => false,
+                        Condition::Quiescent => o.reached.quiescent,
+                        Condition::WaitOpened => o.reached.quiescent || o.reached.wait_open,
+                    };
+                (reached || o.stopped.is_some()).then(|| o.stopped.clone())
+            })
+            .await;
+        match result {
+            Some(None) => self.inspect().await,
+            Some(Some(error)) => Err(ControlError::Stopped(error)),
+            None => Err(ControlError::Stopped(self.closed())),
         }
     }
 

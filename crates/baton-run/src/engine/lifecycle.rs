@@ -162,12 +162,18 @@ pub(super) async fn start(
         }
         Err(error) => return Err(error.into()),
     }
-    let _ = engine.events.send(Event {
-        tree,
-        process: tree,
-        path: Vec::new(),
-        kind: EventKind::ProcessStarted { seq: 1 },
-    });
+    if engine.events.receiver_count() > 0 {
+        let _ = engine.events.send(Event {
+            tree,
+            process: tree,
+            path: Vec::new(),
+            program: tree_state
+                .processes
+                .get(&tree)
+                .map(|p| p.program.name.clone()),
+            kind: EventKind::ProcessStarted { seq: 1 },
+        });
+    }
     let (shared, actor) = prepare(
         engine,
         (tree_state, 1, record.hash),
@@ -223,6 +229,7 @@ pub(super) fn finished(engine: &Arc<EngineInner>, state: &TreeState) -> Arc<Tree
         stopped: None,
         finished: true,
         abandoned: false,
+        reached: state.reached(0),
     });
     let shared = Arc::new(TreeShared {
         tree: state.root,
@@ -261,7 +268,10 @@ fn prepare(
     let tree = state.root;
     let programs = programs_of(engine, &state)?;
     let root = &state.processes[&tree];
-    let outcome_receiver = Published::new(TreeOutcome::default());
+    let outcome_receiver = Published::new(TreeOutcome {
+        reached: state.reached(head_seq),
+        ..TreeOutcome::default()
+    });
     let outcome = Publisher::new(outcome_receiver.clone());
     let shared = Arc::new(TreeShared {
         tree,

@@ -51,6 +51,11 @@ pub(crate) enum Command {
     Close {
         reply: oneshot::Sender<()>,
     },
+    /// Take no new steps; answer once no dispatch is in flight (the
+    /// engine is shutting down and closes the tree next).
+    Drain {
+        reply: oneshot::Sender<()>,
+    },
 }
 
 /// The ends of an owner task's channels. Channel items are boxed: tokio

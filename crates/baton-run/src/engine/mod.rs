@@ -28,6 +28,7 @@ mod round;
 mod shared;
 mod state;
 mod view;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -47,10 +48,11 @@ use crate::storage::{ListFilter, Store, StoreError, TreeLoad, TreeStatus};
 
 pub use config::{ConfigError, EngineConfig, Sleep};
 pub use error::{ControlError, OutputError, RuntimeError, SignalError, StartError, TreeError};
-pub use handle::{ProcessHandle, Started};
+pub use handle::{Condition, ProcessHandle, Started};
 pub use view::{
     EffectView, Event, EventKind, ProcessView, TreeCapture, TreeView, Visibility, WaitView,
 };
+pub use watch::{Watch, WatchEvent, WatchKind};
 
 use config::Registry;
 
@@ -58,6 +60,55 @@ use actor::Command;
 use lifecycle::{StartKey, StartOutcome};
 use shared::TreeShared;
 use state::{TreeState, fold};
+
+/// A subscription to an engine's live events ([`Engine::events`]).
+#[derive(Debug)]
+pub struct Events {
+    receiver: broadcast::Receiver<Event>,
+}
+
+/// Why [`Events::recv`] returned no event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EventsError {
+    /// The reader fell behind and this many events were dropped for it;
+    /// the next call returns the oldest event still kept.
+    #[error("engine.events.lagged: {0} events were dropped for a slow reader")]
+    Lagged(u64),
+    /// The engine is gone: no event will come.
+    #[error("engine.events.closed: the engine is gone")]
+    Closed,
+}
+
+impl EventsError {
+    /// Stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            EventsError::Lagged(_) => "engine.events.lagged",
+            EventsError::Closed => "engine.events.closed",
+        }
+    }
+}
+
+impl Events {
+    /// The next event; waits for one.
+    pub async fn recv(&mut self) -> Result<Event, EventsError> {
+        self.receiver.recv().await.map_err(|error| match error {
+            broadcast::error::RecvError::Lagged(lost) => EventsError::Lagged(lost),
+            broadcast::error::RecvError::Closed => EventsError::Closed,
+        })
+    }
+
+    /// The next event if one is already waiting; `Ok(None)` if none is.
+    pub fn try_recv(&mut self) -> Result<Option<Event>, EventsError> {
+        match self.receiver.try_recv() {
+            Ok(event) => Ok(Some(event)),
+            Err(broadcast::error::TryRecvError::Empty) => Ok(None),
+            Err(broadcast::error::TryRecvError::Lagged(lost)) => Err(EventsError::Lagged(lost)),
+            Err(broadcast::error::TryRecvError::Closed) => Err(EventsError::Closed),
+        }
+    }
+}
 
 /// How to start a root.
 #[derive(Clone, Debug)]
@@ -176,6 +227,8 @@ pub(crate) struct EngineInner {
     leases: Mutex<BTreeMap<TreeId, u64>>,
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     events: broadcast::Sender<Event>,
+    /// Set by [`Engine::shutdown`]: no new start and no take-up.
+    closing: std::sync::atomic::AtomicBool,
 }
 
 /// Runs trees of programs: the only constructor of processes.
@@ -284,6 +337,11 @@ impl EngineInner {
         }
     }
 
+    /// Whether [`Engine::shutdown`] has begun.
+    fn closing(&self) -> bool {
+        self.closing.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     fn live(&self, tree: TreeId) -> Option<Arc<TreeShared>> {
         let mut trees = self.trees.lock().ok()?;
         match trees.get(&tree).and_then(Weak::upgrade) {
@@ -323,6 +381,7 @@ impl Engine {
                 leases: Mutex::new(BTreeMap::new()),
                 tasks: Mutex::new(Vec::new()),
                 events,
+                closing: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
@@ -332,9 +391,14 @@ impl Engine {
         &self.inner.owner
     }
 
-    /// Subscribes to committed facts and non-durable deltas.
-    pub fn events(&self) -> broadcast::Receiver<Event> {
-        self.inner.events.subscribe()
+    /// Subscribes to this engine's live events: committed facts as they
+    /// commit and non-durable deltas, of every tree it runs. A reader that
+    /// falls more than `EngineConfig::event_capacity` events behind loses
+    /// the oldest and is told how many (see [`Events::recv`]).
+    pub fn events(&self) -> Events {
+        Events {
+            receiver: self.inner.events.subscribe(),
+        }
     }
 
     /// Starts a root of a registered program, or returns the existing
@@ -403,6 +467,9 @@ impl Engine {
             input: request.input.digest(),
         };
         let handle = |shared| ProcessHandle::new(self.inner.clone(), shared, key.tree);
+        if self.inner.closing() {
+            return Err(StartError::ShuttingDown);
+        }
         let _guard = self.inner.guard(key.tree).await;
         if let Some(shared) = self.inner.running(key.tree).await? {
             return if key.matches(&shared) {
@@ -598,10 +665,91 @@ impl Engine {
         })
     }
 
+    /// Watches a tree: every committed fact from log sequence `from` on
+    /// (`0` or `1` for all), read from the store, so a reader can start
+    /// after the tree finished or resume after a reconnect and still see
+    /// each fact exactly once and in order; interleaved with the live,
+    /// non-durable events (deltas) of the tree while this engine runs it. A
+    /// slow reader may lose live events, never committed ones, and is told
+    /// when it lost any. The stream ends after the last fact of a finished
+    /// tree. Watching takes no lease and changes nothing.
+    pub async fn watch(&self, scope: &Scope, tree: TreeId, from: u64) -> Result<Watch, TreeError> {
+        Watch::open(self.inner.clone(), scope, tree, from).await
+    }
+
+    /// Waits until a tree's committed state meets `condition` (see
+    /// [`ProcessHandle::until`]), taking the tree up as
+    /// [`Engine::process`] does.
+    pub async fn until(
+        &self,
+        scope: &Scope,
+        tree: TreeId,
+        condition: Condition,
+    ) -> Result<TreeView, ControlError> {
+        let handle: ProcessHandle = self.process(scope, tree).await?;
+        handle.until(condition).await
+    }
+
+    /// Shuts down gracefully: takes no new start and takes up no tree,
+    /// stops every tree from taking new steps (steps already taken still
+    /// commit, and dispatches whose intent is committed are still sent),
+    /// waits up to `grace` for the dispatches in flight to settle and their
+    /// settlements to commit, then closes as [`Engine::close`] does. A
+    /// dispatch still in flight after `grace` is left as a crash would
+    /// leave it: its effect is pending in the log, and recovery decides by
+    /// its replay policy.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.inner
+            .closing
+            .store(true, std::sync::atomic::Ordering::Release);
+        let trees: Vec<Arc<TreeShared>> = self
+            .inner
+            .trees
+            .lock()
+            .map(|trees| trees.values().filter_map(Weak::upgrade).collect())
+            .unwrap_or_default();
+        let mut draining = tokio::task::JoinSet::new();
+        for shared in trees {
+            // A sleeping tree has nothing in flight; `close` gives it up.
+            if shared.sleeping_token().is_some() {
+                continue;
+            }
+            let (reply, drained) = oneshot::channel();
+            if self
+                .inner
+                .send(&shared, Box::new(Command::Drain { reply }))
+                .is_ok()
+            {
+                draining.spawn(async move {
+                    let _ = drained.await;
+                });
+            }
+        }
+        let all_drained = async { while draining.join_next().await.is_some() {} };
+        let clock = self.inner.clock.clone();
+        tokio::select! {
+            () = all_drained => {}
+            () = clock.sleep_until(clock.now().plus(grace)) => {
+                tracing::warn!(?grace, "dispatches still in flight after the shutdown grace; their effects stay pending for recovery");
+            }
+        }
+        self.release_all().await;
+    }
+
+    /// Whether [`Engine::shutdown`] has begun: the engine takes no new start
+    /// and takes up no tree.
+    pub fn is_shutting_down(&self) -> bool {
+        self.inner.closing()
+    }
+
     /// Stops every tree task and releases every lease this engine holds,
     /// those of sleeping trees no handle holds any more included, so
     /// another engine can take every tree at once, without force.
     pub async fn close(self) {
+        self.release_all().await;
+    }
+
+    async fn release_all(&self) {
         let trees: Vec<Arc<TreeShared>> = self
             .inner
             .trees
@@ -778,6 +926,9 @@ impl EngineInner {
                 });
             }
             return Ok(shared);
+        }
+        if self.closing() {
+            return Err(TreeError::ShuttingDown { tree });
         }
         // Read without a lease first: a tree that cannot be taken up stays untouched.
         let load = self.store.load(tree).await?;

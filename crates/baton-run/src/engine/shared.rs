@@ -28,6 +28,19 @@ pub(crate) struct TreeOutcome {
     pub(super) finished: bool,
     /// The writer is gone (the engine dropped its task).
     pub(super) abandoned: bool,
+    /// Where the committed state stands, for hosts awaiting a condition.
+    pub(super) reached: Reached,
+}
+
+/// Where a tree's committed state stands: what [`super::Condition`]s read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Reached {
+    /// The committed head.
+    pub(super) head_seq: u64,
+    /// No live process is running: each waits for an answer or is parked.
+    pub(super) quiescent: bool,
+    /// Some live process has a wait open for an answer.
+    pub(super) wait_open: bool,
 }
 
 /// A tree's published outcome and a way to wait for it to change: one lock

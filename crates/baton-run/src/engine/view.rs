@@ -245,6 +245,8 @@ pub struct Event {
     pub process: ProcessId,
     /// The process's path of child keys from the root (empty for the root).
     pub path: Vec<ChildKey>,
+    /// The process's program, when the event concerns one.
+    pub program: Option<crate::ids::Name>,
     /// What happened.
     pub kind: EventKind,
 }

@@ -5,6 +5,7 @@
 mod conformance;
 mod engine;
 mod fuzz;
+mod hosting;
 mod limits;
 mod payload;
 mod recovery;

@@ -267,3 +267,62 @@ async fn a_fresh_engine_on_a_reopened_file_recovers_a_tree_from_a_dropped_engine
     assert_eq!(listed.trees.len(), 1);
     assert!(second.verify(&scope(), tree).await.is_ok());
 }
+
+/// Every committed event of a watch, in order, until it ends.
+async fn watched(watch: &mut baton_run::Watch) -> Vec<baton_run::WatchEvent> {
+    let mut events = Vec::new();
+    while let Some(event) = watch.next().await {
+        let event = event.expect("the log reads");
+        if event.durable {
+            events.push(event);
+        }
+    }
+    events
+}
+
+#[tokio::test]
+async fn a_reader_on_another_connection_follows_a_tree_another_engine_writes_to_its_end() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("watched.db");
+    let ask = program(Kind::Ask, None);
+    let writer = engine(Arc::new(keeping_history(&path)), &[&ask]);
+    let handle = writer
+        .start(&ask, request("ask", "proceed?"))
+        .await
+        .expect("starts")
+        .into_handle();
+    let wait = open_wait(&handle).await;
+    // The reader has its own store and engine on the same file, as another
+    // process would: no live event of the writer reaches it.
+    let reader = engine(Arc::new(keeping_history(&path)), &[&ask]);
+    let mut live = reader
+        .watch(&scope(), handle.tree(), 0)
+        .await
+        .expect("watches");
+    let following = tokio::spawn(async move { watched(&mut live).await });
+    writer
+        .answer(
+            &scope(),
+            handle.tree(),
+            wait,
+            Payload::encode(&true).expect("encodes"),
+        )
+        .await
+        .expect("answers");
+    let done = handle
+        .until(baton_run::Condition::Terminal)
+        .await
+        .expect("ends");
+    let seen = following.await.expect("joins");
+    let seqs: Vec<u64> = seen.iter().filter_map(|event| event.seq).collect();
+    assert_eq!(seqs, (1..=done.head_seq).collect::<Vec<_>>());
+    writer.close().await;
+
+    // A reader after the end, on a reopened file, sees the same facts.
+    let later = engine(Arc::new(keeping_history(&path)), &[&ask]);
+    let mut after = later
+        .watch(&scope(), handle.tree(), 0)
+        .await
+        .expect("watches");
+    assert_eq!(watched(&mut after).await, seen);
+}

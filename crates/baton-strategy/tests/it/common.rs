@@ -19,7 +19,6 @@ use baton_run::{
 use baton_strategy::{Agent, BoardMessage, ModelConfig, Post, Posted, Work};
 use baton_testkit::{ConformanceCase, Cut, FaultStore};
 use serde::{Deserialize, Serialize};
-use tokio::sync::broadcast::Receiver;
 
 pub const SCOPE: &str = "acme";
 
@@ -477,7 +476,7 @@ pub async fn resolve_unknowns(engine: &Engine, tree: TreeId, models: &Models) ->
 /// they surface.
 pub async fn finish<O>(
     engine: &Engine,
-    events: &mut Receiver<Event>,
+    events: &mut baton_run::Events,
     handle: &ProcessHandle<O>,
     models: &Models,
 ) -> (Termination, usize) {
@@ -491,7 +490,7 @@ pub async fn finish<O>(
                 let unknown = matches!(
                     event,
                     Ok(Event { kind: EventKind::EffectSettled { unknown: true, .. }, .. })
-                        | Err(tokio::sync::broadcast::error::RecvError::Lagged(_))
+                        | Err(baton_run::EventsError::Lagged(_))
                 );
                 if unknown {
                     resolved += resolve_unknowns(engine, handle.tree(), models).await;

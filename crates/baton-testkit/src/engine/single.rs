@@ -433,7 +433,7 @@ pub(super) async fn events_report_committed_facts_in_order(fresh: &Fresh<'_>) {
         Status::Completed
     );
     let mut seen = Vec::new();
-    while let Ok(event) = events.try_recv() {
+    while let Ok(Some(event)) = events.try_recv() {
         assert_eq!(event.tree, handle.tree());
         seen.push(match event.kind {
             EventKind::ProcessStarted { .. } => "started".to_owned(),

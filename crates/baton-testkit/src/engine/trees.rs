@@ -521,7 +521,7 @@ pub(super) async fn killing_the_root_kills_the_subtree_and_events_carry_paths(fr
         );
     }
     let mut child_paths = Vec::new();
-    while let Ok(event) = events.try_recv() {
+    while let Ok(Some(event)) = events.try_recv() {
         if let EventKind::ChildStarted { .. } = event.kind {
             child_paths.push(event.path.iter().map(|k| k.to_string()).collect::<Vec<_>>());
         }

@@ -186,9 +186,9 @@ pub async fn answer<O>(root: &ProcessHandle<O>, child_key: &str, answer: i64) {
 }
 
 /// Drains an event receiver.
-pub fn drain(events: &mut tokio::sync::broadcast::Receiver<Event>) -> Vec<Event> {
+pub fn drain(events: &mut baton_run::Events) -> Vec<Event> {
     let mut all = Vec::new();
-    while let Ok(event) = events.try_recv() {
+    while let Some(event) = events.try_recv().expect("no event is dropped") {
         all.push(event);
     }
     all

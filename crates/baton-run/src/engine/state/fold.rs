@@ -35,6 +35,38 @@ pub(in crate::engine) fn fold(
     Ok(folded)
 }
 
+/// Folds everything a store keeps of a tree (its history), calling `each`
+/// after each record is applied: from the first record when the whole log
+/// is kept, else from the latest snapshot.
+pub(in crate::engine) fn replay(
+    tree: TreeId,
+    history: &TreeLoad,
+    each: impl FnMut(&crate::log::Record, &TreeState) -> Result<(), TreeError>,
+) -> Result<(TreeState, u64, Digest), TreeError> {
+    let whole = history
+        .records
+        .first()
+        .is_some_and(|record| record.seq == 1);
+    let start = match &history.snapshot {
+        Some(snapshot) if !whole => (
+            snapshot.seq,
+            snapshot.head,
+            Some(decode_snapshot(tree, snapshot)?),
+        ),
+        _ => (0, Digest::ZERO, None),
+    };
+    let records: Vec<_> = match &history.snapshot {
+        Some(snapshot) if !whole => history
+            .records
+            .iter()
+            .filter(|record| record.seq > snapshot.seq)
+            .cloned()
+            .collect(),
+        _ => history.records.clone(),
+    };
+    apply_records(tree, start, &records, each)
+}
+
 /// What [`verify_history`] checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(in crate::engine) struct Checked {

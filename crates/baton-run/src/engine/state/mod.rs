@@ -24,7 +24,7 @@ use crate::storage::TreeStatus;
 
 mod fold;
 
-pub(super) use fold::{fold, verify_history};
+pub(super) use fold::{fold, replay, verify_history};
 
 /// The committed state of a whole tree.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -525,6 +525,21 @@ impl TreeState {
     /// Whether every process has terminated.
     pub fn done(&self) -> bool {
         self.processes.values().all(|p| p.termination.is_some())
+    }
+
+    /// Where the state stands for hosts awaiting a condition, at `head_seq`.
+    pub(crate) fn reached(&self, head_seq: u64) -> crate::engine::shared::Reached {
+        let live = self.processes.values().filter(|p| p.termination.is_none());
+        let (mut quiescent, mut wait_open) = (true, false);
+        for process in live {
+            quiescent &= process.status != Status::Running;
+            wait_open |= !process.waits.is_empty();
+        }
+        crate::engine::shared::Reached {
+            head_seq,
+            quiescent,
+            wait_open,
+        }
     }
 
     /// The processes not yet terminated, in id order.
