@@ -150,7 +150,10 @@ pub async fn pause(engine: &Engine, scope: &Scope, json: bool, hold: bool) -> Re
     let team = pause_team()?;
     let id = StartId::new(scope.as_str(), fresh_key("pause"))?;
     let handle = engine
-        .start(&team, StartRequest::new(id, baton_examples::pause::TASK.to_owned()))
+        .start(
+            &team,
+            StartRequest::new(id, baton_examples::pause::TASK.to_owned()),
+        )
         .await?;
     let tree = handle.tree();
     let view = crate::settle(engine, scope, tree).await?;

@@ -14,9 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton::run::store::{ListFilter, Store, StoreError, TreeStatus};
-use baton::run::{Engine, Payload, ProcessHandle, Scope, TreeError, TreeId};
-
-use crate::compat::{Condition, HandleExt as _};
+use baton::run::{Condition, Engine, Payload, ProcessHandle, Scope, TreeError, TreeId};
 use futures_util::StreamExt as _;
 use tokio::sync::{OwnedSemaphorePermit, RwLock, RwLockReadGuard, Semaphore, watch};
 use tokio::task::JoinSet;
@@ -115,7 +113,11 @@ impl Host {
     /// Keeps `handle`'s tree as one this host holds: `permit` (if any) is
     /// given back once the tree is quiescent, and the handle is kept until
     /// the tree ends or its writer stops.
-    pub(crate) fn track(self: &Arc<Self>, handle: ProcessHandle, permit: Option<OwnedSemaphorePermit>) {
+    pub(crate) fn track(
+        self: &Arc<Self>,
+        handle: ProcessHandle,
+        permit: Option<OwnedSemaphorePermit>,
+    ) {
         let tree = handle.tree();
         let newly = self
             .held
@@ -179,11 +181,18 @@ impl Host {
     }
 
     fn skips(&self, tree: TreeId) -> bool {
-        self.skipped.lock().is_ok_and(|skipped| skipped.contains(&tree))
+        self.skipped
+            .lock()
+            .is_ok_and(|skipped| skipped.contains(&tree))
     }
 
     /// Takes up one tree; `true` if this host now holds it.
-    async fn take_over(self: Arc<Self>, scope: Scope, tree: TreeId, permit: OwnedSemaphorePermit) -> bool {
+    async fn take_over(
+        self: Arc<Self>,
+        scope: Scope,
+        tree: TreeId,
+        permit: OwnedSemaphorePermit,
+    ) -> bool {
         let Ok(engine) = self.engine().await else {
             return false;
         };
@@ -219,7 +228,9 @@ impl Host {
     pub(crate) async fn work(self: Arc<Self>, interval: Duration, wake: Option<WakeSource>) {
         match self.scan().await {
             Ok(taken) => tracing::info!(taken, "initial recovery finished"),
-            Err(error) => tracing::warn!(%error, "the initial recovery could not list the store; the next scan tries again"),
+            Err(error) => {
+                tracing::warn!(%error, "the initial recovery could not list the store; the next scan tries again")
+            }
         }
         self.ready.send_replace(true);
         let mut wake = wake.map(WakeSource::into_stream);
@@ -256,7 +267,7 @@ impl Host {
         self.begin_shutdown();
         let engine = self.engine.write().await.take();
         if let Some(engine) = engine {
-            crate::compat::shutdown(engine, grace).await;
+            engine.shutdown(grace).await;
         }
         let mut drivers = self
             .drivers

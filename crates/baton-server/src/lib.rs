@@ -47,7 +47,6 @@
 //! ```
 
 pub mod api;
-mod compat;
 mod config;
 mod host;
 mod tokens;
@@ -163,7 +162,10 @@ impl Server {
             () = shutdown => {}
             () = host.drained() => {}
         }
-        tracing::info!(?grace, "shutting down: no new work; in-flight dispatches get the grace period");
+        tracing::info!(
+            ?grace,
+            "shutting down: no new work; in-flight dispatches get the grace period"
+        );
         host.begin_shutdown();
         // The worker ends at its next await once the shutdown began.
         let _ = worker.await;

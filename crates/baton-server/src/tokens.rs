@@ -230,8 +230,14 @@ mod tests {
             )
             .unwrap();
         assert_eq!(tokens.len(), 2);
-        assert_eq!(tokens.scope_of("aaaaaaaaaaaaaaaaaaaa"), Some(&scope("team-a")));
-        assert_eq!(tokens.scope_of("bbbbbbbbbbbbbbbbbbbb"), Some(&scope("team-b")));
+        assert_eq!(
+            tokens.scope_of("aaaaaaaaaaaaaaaaaaaa"),
+            Some(&scope("team-a"))
+        );
+        assert_eq!(
+            tokens.scope_of("bbbbbbbbbbbbbbbbbbbb"),
+            Some(&scope("team-b"))
+        );
         assert_eq!(tokens.scope_of("cccccccccccccccccccc"), None);
         assert_eq!(tokens.scope_of(""), None);
     }
@@ -239,16 +245,22 @@ mod tests {
     #[test]
     fn malformed_short_and_duplicate_tokens_are_refused_with_their_line() {
         let mut tokens = Tokens::new();
-        let error = tokens
-            .extend_from_text("f", "team-a\n")
-            .unwrap_err();
+        let error = tokens.extend_from_text("f", "team-a\n").unwrap_err();
         assert_eq!(error.code(), "serve.tokens.malformed");
-        let error = tokens.extend_from_text("f", "\nteam-a short\n").unwrap_err();
-        assert!(matches!(error, TokenError::Short { line: 2, .. }), "{error}");
+        let error = tokens
+            .extend_from_text("f", "\nteam-a short\n")
+            .unwrap_err();
+        assert!(
+            matches!(error, TokenError::Short { line: 2, .. }),
+            "{error}"
+        );
         let error = tokens
             .extend_from_text("f", "a xxxxxxxxxxxxxxxxxxxx\nb xxxxxxxxxxxxxxxxxxxx\n")
             .unwrap_err();
-        assert!(matches!(error, TokenError::Duplicate { line: 2, .. }), "{error}");
+        assert!(
+            matches!(error, TokenError::Duplicate { line: 2, .. }),
+            "{error}"
+        );
         let error = tokens
             .extend_from_text("f", "Not A Scope! yyyyyyyyyyyyyyyyyyyyyyy\n")
             .unwrap_err();

@@ -23,9 +23,7 @@ use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use baton::run::Scope;
-
-use crate::compat::Condition;
+use baton::run::{Condition, Scope};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
@@ -53,7 +51,11 @@ pub(crate) fn router(host: Arc<Host>, body_limit: usize) -> Router {
 }
 
 async fn not_found() -> Problem {
-    Problem::new(StatusCode::NOT_FOUND, "serve.route.not_found", "no such route")
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "serve.route.not_found",
+        "no such route",
+    )
 }
 
 /// Liveness: the process serves HTTP.
@@ -178,7 +180,8 @@ pub struct UntilQuery {
 
 impl UntilQuery {
     pub(crate) fn timeout(&self, host: &Host) -> Duration {
-        self.timeout_ms
-            .map_or(host.max_wait, |ms| Duration::from_millis(ms).min(host.max_wait))
+        self.timeout_ms.map_or(host.max_wait, |ms| {
+            Duration::from_millis(ms).min(host.max_wait)
+        })
     }
 }

@@ -5,12 +5,12 @@ use axum::Json;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
+use super::Until;
 use super::problem::Problem;
 use super::trees::{
     AnsweredBody, CancelBody, ControlledBody, FailureBody, LogRecord, ResolveBody, SettledBody,
     StartBody, StartedBody, StatusParam, TreeList, TreeLog, TreeSummary,
 };
-use super::Until;
 
 /// The API's OpenAPI document.
 #[derive(OpenApi)]

@@ -32,10 +32,7 @@ impl Problem {
     pub fn new(status: StatusCode, code: &str, detail: impl Into<String>) -> Problem {
         Problem {
             kind: format!("urn:baton:problem:{code}"),
-            title: status
-                .canonical_reason()
-                .unwrap_or("Error")
-                .to_owned(),
+            title: status.canonical_reason().unwrap_or("Error").to_owned(),
             status: status.as_u16(),
             detail: detail.into(),
             code: code.to_owned(),
@@ -83,15 +80,13 @@ impl IntoResponse for Problem {
         let status = self.status();
         let body = serde_json::to_vec(&self).unwrap_or_default();
         let mut response = (status, body).into_response();
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(PROBLEM_JSON),
-        );
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         if status == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer"),
-            );
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
     }
@@ -106,7 +101,9 @@ pub fn tree(tree: TreeId, error: &TreeError) -> Problem {
             Problem::new(StatusCode::CONFLICT, code, error.to_string())
         }
         TreeError::Stopped(stopped) => runtime(stopped),
-        TreeError::Store(_) => Problem::new(StatusCode::SERVICE_UNAVAILABLE, code, error.to_string()),
+        TreeError::Store(_) => {
+            Problem::new(StatusCode::SERVICE_UNAVAILABLE, code, error.to_string())
+        }
         _ => Problem::new(StatusCode::INTERNAL_SERVER_ERROR, code, error.to_string()),
     }
 }
@@ -136,11 +133,7 @@ pub fn start(error: &StartError) -> Problem {
         }
         StartError::Tree(tree_error) => {
             // A start names its tree by start id; the tree id is in the message.
-            return Problem::new(
-                tree_status(tree_error),
-                code,
-                error.to_string(),
-            );
+            return Problem::new(tree_status(tree_error), code, error.to_string());
         }
         StartError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,

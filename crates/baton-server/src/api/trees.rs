@@ -25,7 +25,6 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::problem::{self, Problem};
 use super::{Caller, UntilQuery, json};
-use crate::compat::HandleExt as _;
 use crate::host::Host;
 
 /// `POST /v1/trees`: what to start.
@@ -264,7 +263,10 @@ async fn handle(host: &Arc<Host>, caller: &Caller, tree: TreeId) -> Result<Proce
 }
 
 /// A permit to move one tree, within the request's timeout.
-async fn permit(host: &Host, until: UntilQuery) -> Result<tokio::sync::OwnedSemaphorePermit, Problem> {
+async fn permit(
+    host: &Host,
+    until: UntilQuery,
+) -> Result<tokio::sync::OwnedSemaphorePermit, Problem> {
     match host.permit(until.timeout(host)).await {
         Some(permit) => Ok(permit),
         None if host.is_draining() => Err(Problem::shutting_down()),
@@ -298,7 +300,11 @@ pub(crate) async fn start(
 ) -> Result<Response, Problem> {
     let until = query(until)?;
     let body: StartBody = json(body)?;
-    if body.labels.as_ref().is_some_and(|labels| !labels.is_empty()) {
+    if body
+        .labels
+        .as_ref()
+        .is_some_and(|labels| !labels.is_empty())
+    {
         return Err(Problem::malformed(
             "labels are not supported by this host yet; start without them",
         )
@@ -323,7 +329,11 @@ pub(crate) async fn start(
     };
     host.track(handle.clone(), Some(permit));
     let settled = settle(&host, &handle, until).await?;
-    let status = if new { StatusCode::CREATED } else { StatusCode::OK };
+    let status = if new {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
     let body = StartedBody {
         tree: handle.tree().to_string(),
         new,
@@ -413,7 +423,11 @@ pub(crate) async fn inspect(
         .await?
         .expect("a condition was asked for");
     let mut response = Json(settled.view).into_response();
-    let state = if settled.reached { "reached" } else { "timeout" };
+    let state = if settled.reached {
+        "reached"
+    } else {
+        "timeout"
+    };
     response
         .headers_mut()
         .insert("baton-until", HeaderValue::from_static(state));
@@ -598,10 +612,11 @@ pub(crate) async fn resolve(
         .map_err(|error| Problem::malformed(format!("not an effect id: {error}")))?;
     let until = query(until)?;
     let settlement = match json::<ResolveBody>(body)? {
-        ResolveBody::Output(output) => Settlement::ok(
-            Payload::from_value(&output)
-                .map_err(|error| Problem::malformed(format!("the output is not a payload: {error}")))?,
-        ),
+        ResolveBody::Output(output) => {
+            Settlement::ok(Payload::from_value(&output).map_err(|error| {
+                Problem::malformed(format!("the output is not a payload: {error}"))
+            })?)
+        }
         ResolveBody::Failure(failure) => {
             let code = Name::new(&failure.code)
                 .map_err(|error| Problem::malformed(format!("not a failure code: {error}")))?;

@@ -48,7 +48,10 @@ fn activities(effects: PathBuf) -> Result<Vec<Program>, Box<dyn std::error::Erro
             replay: ReplayPolicy::Never,
             timeout: Duration::from_secs(600),
             build: "serve-fixture never 1".into(),
-            ..ActivityConfig::new("fixture.never", "Append the effect id to a file, then wait.")
+            ..ActivityConfig::new(
+                "fixture.never",
+                "Append the effect id to a file, then wait.",
+            )
         },
         move |ms: u64, context: ActivityContext| {
             let effects = effects.clone();
@@ -59,7 +62,8 @@ fn activities(effects: PathBuf) -> Result<Vec<Program>, Box<dyn std::error::Erro
                     .append(true)
                     .open(&effects)
                     .map_err(|error| ActivityError::new(error.to_string()))?;
-                writeln!(file, "{effect}").map_err(|error| ActivityError::new(error.to_string()))?;
+                writeln!(file, "{effect}")
+                    .map_err(|error| ActivityError::new(error.to_string()))?;
                 file.sync_all()
                     .map_err(|error| ActivityError::new(error.to_string()))?;
                 say(&format!("dispatched fixture.never {effect}"));
@@ -76,7 +80,10 @@ fn activities(effects: PathBuf) -> Result<Vec<Program>, Box<dyn std::error::Erro
             ..ActivityConfig::new("fixture.same", "Wait; safe to send again.")
         },
         |ms: u64, context: ActivityContext| async move {
-            say(&format!("dispatched fixture.same {}", context.idempotency_key()));
+            say(&format!(
+                "dispatched fixture.same {}",
+                context.idempotency_key()
+            ));
             take(ms, &context).await;
             Ok(ms)
         },

@@ -17,7 +17,11 @@ async fn the_pause_scenario_runs_to_done_through_the_api() {
     let server = Running::memory().await;
 
     let started = server
-        .post("/v1/trees?until=wait_opened&timeout_ms=20000", TOKEN_A, PAUSE)
+        .post(
+            "/v1/trees?until=wait_opened&timeout_ms=20000",
+            TOKEN_A,
+            PAUSE,
+        )
         .await;
     assert_eq!(started.status, 201, "{}", started.text);
     assert_eq!(started.json["new"], true);
@@ -97,7 +101,11 @@ async fn the_pause_scenario_runs_to_done_through_the_api() {
 async fn a_cancellation_through_the_api_ends_the_tree_canceled() {
     let server = Running::memory().await;
     let started = server
-        .post("/v1/trees?until=wait_opened&timeout_ms=20000", TOKEN_A, PAUSE)
+        .post(
+            "/v1/trees?until=wait_opened&timeout_ms=20000",
+            TOKEN_A,
+            PAUSE,
+        )
         .await;
     let tree = started.json["tree"].as_str().unwrap().to_owned();
     let canceled = server
@@ -113,7 +121,11 @@ async fn a_cancellation_through_the_api_ends_the_tree_canceled() {
     assert_eq!(canceled.json["view"]["processes"][0]["status"], "canceled");
     // A second cancellation finds the tree ended.
     server
-        .post(&format!("/v1/trees/{tree}/cancel"), TOKEN_A, r#"{"reason":"again"}"#)
+        .post(
+            &format!("/v1/trees/{tree}/cancel"),
+            TOKEN_A,
+            r#"{"reason":"again"}"#,
+        )
         .await
         .assert_problem(409, "engine.control.terminated");
     server.stop().await;
@@ -131,6 +143,8 @@ async fn a_tree_left_by_a_crashed_engine_is_taken_up_at_start_and_resolved_throu
         })
         .unwrap();
         let slow = programs()[1].clone();
+        // Subscribed before the start: its first round runs in the call.
+        let mut events = engine.events();
         let started = engine
             .start(
                 &slow,
@@ -141,7 +155,6 @@ async fn a_tree_left_by_a_crashed_engine_is_taken_up_at_start_and_resolved_throu
             )
             .await
             .unwrap();
-        let mut events = engine.events();
         // The call is pending (durably) once its event is out.
         loop {
             let event = events.recv().await.unwrap();
@@ -155,7 +168,10 @@ async fn a_tree_left_by_a_crashed_engine_is_taken_up_at_start_and_resolved_throu
     let server = Running::start(config(store)).await;
     let tree = baton::run::ProcessId::root(&StartId::new("a", "slow-1").unwrap()).to_string();
     let parked = server
-        .get(&format!("/v1/trees/{tree}?until=quiescent&timeout_ms=20000"), TOKEN_A)
+        .get(
+            &format!("/v1/trees/{tree}?until=quiescent&timeout_ms=20000"),
+            TOKEN_A,
+        )
         .await;
     assert_eq!(parked.status, 200, "{}", parked.text);
     assert_eq!(parked.until.as_deref(), Some("reached"));
@@ -205,7 +221,11 @@ async fn every_error_is_a_problem_document_with_its_status() {
     })
     .await;
     let started = server
-        .post("/v1/trees?until=wait_opened&timeout_ms=20000", TOKEN_A, PAUSE)
+        .post(
+            "/v1/trees?until=wait_opened&timeout_ms=20000",
+            TOKEN_A,
+            PAUSE,
+        )
         .await;
     let tree = started.json["tree"].as_str().unwrap().to_owned();
     let wait = open_wait(&started.json["view"]);
@@ -257,12 +277,20 @@ async fn every_error_is_a_problem_document_with_its_status() {
         .await
         .assert_problem(404, "engine.tree.not_found");
     server
-        .post("/v1/trees", TOKEN_A, r#"{"program":"no.such","id":"x","input":1}"#)
+        .post(
+            "/v1/trees",
+            TOKEN_A,
+            r#"{"program":"no.such","id":"x","input":1}"#,
+        )
         .await
         .assert_problem(404, "engine.program.unknown");
     let other_wait = format!("w_{}", "0".repeat(32));
     server
-        .post(&format!("/v1/trees/{tree}/waits/{other_wait}"), TOKEN_A, r#""x""#)
+        .post(
+            &format!("/v1/trees/{tree}/waits/{other_wait}"),
+            TOKEN_A,
+            r#""x""#,
+        )
         .await
         .assert_problem(404, "engine.signal.unknown_wait");
 
@@ -288,9 +316,17 @@ async fn every_error_is_a_problem_document_with_its_status() {
         .post(&format!("/v1/trees/{tree}/waits/{wait}"), TOKEN_A, "42")
         .await;
     assert_eq!(refused.status, 422, "{}", refused.text);
-    assert!(refused.json["code"].as_str().unwrap().contains('.'), "{}", refused.text);
+    assert!(
+        refused.json["code"].as_str().unwrap().contains('.'),
+        "{}",
+        refused.text
+    );
     server
-        .post("/v1/trees", TOKEN_A, r#"{"program":"demo.pause","id":"n","input":7}"#)
+        .post(
+            "/v1/trees",
+            TOKEN_A,
+            r#"{"program":"demo.pause","id":"n","input":7}"#,
+        )
         .await
         .assert_problem(422, "execution.input.invalid");
 
@@ -305,7 +341,11 @@ async fn every_error_is_a_problem_document_with_its_status() {
     assert_eq!(answered.json["view"]["status"], "done", "{}", answered.text);
     // 409: another answer to an answered wait.
     let conflict = server
-        .post(&format!("/v1/trees/{tree}/waits/{wait}"), TOKEN_A, r#""other""#)
+        .post(
+            &format!("/v1/trees/{tree}/waits/{wait}"),
+            TOKEN_A,
+            r#""other""#,
+        )
         .await;
     assert_eq!(conflict.status, 409, "{}", conflict.text);
 
@@ -316,17 +356,33 @@ async fn every_error_is_a_problem_document_with_its_status() {
 async fn a_token_sees_only_its_scope_on_every_tree_route() {
     let server = Running::memory().await;
     let started = server
-        .post("/v1/trees?until=wait_opened&timeout_ms=20000", TOKEN_A, PAUSE)
+        .post(
+            "/v1/trees?until=wait_opened&timeout_ms=20000",
+            TOKEN_A,
+            PAUSE,
+        )
         .await;
     let tree = started.json["tree"].as_str().unwrap().to_owned();
     let wait = open_wait(&started.json["view"]);
     let effect = format!("e_{}", "0".repeat(32));
     let routes: Vec<(Method, String, Option<&str>)> = vec![
         (Method::GET, format!("/v1/trees/{tree}"), None),
-        (Method::GET, format!("/v1/trees/{tree}?until=terminal&timeout_ms=100"), None),
+        (
+            Method::GET,
+            format!("/v1/trees/{tree}?until=terminal&timeout_ms=100"),
+            None,
+        ),
         (Method::GET, format!("/v1/trees/{tree}/log"), None),
-        (Method::POST, format!("/v1/trees/{tree}/waits/{wait}"), Some(r#""ship it""#)),
-        (Method::POST, format!("/v1/trees/{tree}/cancel"), Some(r#"{"reason":"x"}"#)),
+        (
+            Method::POST,
+            format!("/v1/trees/{tree}/waits/{wait}"),
+            Some(r#""ship it""#),
+        ),
+        (
+            Method::POST,
+            format!("/v1/trees/{tree}/cancel"),
+            Some(r#"{"reason":"x"}"#),
+        ),
         (
             Method::POST,
             format!("/v1/trees/{tree}/effects/{effect}/resolve"),
@@ -335,16 +391,26 @@ async fn a_token_sees_only_its_scope_on_every_tree_route() {
     ];
     let missing = baton::run::ProcessId::root(&StartId::new("b", "missing").unwrap());
     for (method, path, body) in &routes {
-        let other = server.call(method.clone(), path, Some(TOKEN_B), *body).await;
+        let other = server
+            .call(method.clone(), path, Some(TOKEN_B), *body)
+            .await;
         other.assert_problem(404, "engine.tree.not_found");
         // Exactly what a missing tree reads as, but for the id.
         let absent = server
-            .call(method.clone(), &path.replace(&tree, &missing.to_string()), Some(TOKEN_B), *body)
+            .call(
+                method.clone(),
+                &path.replace(&tree, &missing.to_string()),
+                Some(TOKEN_B),
+                *body,
+            )
             .await;
         absent.assert_problem(404, "engine.tree.not_found");
         assert_eq!(
             other.json["detail"].as_str().unwrap().replace(&tree, "ID"),
-            absent.json["detail"].as_str().unwrap().replace(&missing.to_string(), "ID"),
+            absent.json["detail"]
+                .as_str()
+                .unwrap()
+                .replace(&missing.to_string(), "ID"),
             "{path}"
         );
         server
@@ -369,7 +435,11 @@ async fn health_is_always_served_and_a_full_host_refuses_new_work_for_a_while() 
     assert_eq!(health.status, 200);
     // One slow tree holds the one permit until it is quiescent (done).
     let slow = server
-        .post("/v1/trees", TOKEN_A, r#"{"program":"test.slow","id":"s1","input":3000}"#)
+        .post(
+            "/v1/trees",
+            TOKEN_A,
+            r#"{"program":"test.slow","id":"s1","input":3000}"#,
+        )
         .await;
     assert_eq!(slow.status, 201, "{}", slow.text);
     server
@@ -383,7 +453,10 @@ async fn health_is_always_served_and_a_full_host_refuses_new_work_for_a_while() 
     // Once the first is done, the permit is free again.
     let first = slow.json["tree"].as_str().unwrap();
     let done = server
-        .get(&format!("/v1/trees/{first}?until=terminal&timeout_ms=20000"), TOKEN_A)
+        .get(
+            &format!("/v1/trees/{first}?until=terminal&timeout_ms=20000"),
+            TOKEN_A,
+        )
         .await;
     assert_eq!(done.json["status"], "done");
     let second = server
@@ -406,7 +479,11 @@ async fn a_shutdown_refuses_new_work_lets_the_dispatch_in_flight_settle_and_rele
     // request waits for nothing here, so accept either and check later.
     assert!([200, 503].contains(&ready.status));
     let slow = server
-        .post("/v1/trees", TOKEN_A, r#"{"program":"test.slow","id":"s","input":2000}"#)
+        .post(
+            "/v1/trees",
+            TOKEN_A,
+            r#"{"program":"test.slow","id":"s","input":2000}"#,
+        )
         .await;
     assert_eq!(slow.status, 201, "{}", slow.text);
     let tree = slow.json["tree"].as_str().unwrap().to_owned();
@@ -420,7 +497,13 @@ async fn a_shutdown_refuses_new_work_lets_the_dispatch_in_flight_settle_and_rele
         .call(Method::GET, "/readyz", None, None)
         .await
         .assert_problem(503, "serve.shutting_down");
-    assert_eq!(server.call(Method::GET, "/healthz", None, None).await.status, 200);
+    assert_eq!(
+        server
+            .call(Method::GET, "/healthz", None, None)
+            .await
+            .status,
+        200
+    );
     server.task.await.unwrap().unwrap();
 
     // The call settled within the grace and nothing holds the tree: a new
@@ -432,15 +515,23 @@ async fn a_shutdown_refuses_new_work_lets_the_dispatch_in_flight_settle_and_rele
     .unwrap();
     let scope = baton::run::Scope::new("a").unwrap();
     let view = engine
-        .inspect(&scope, tree.parse().unwrap(), baton::run::Visibility::Public)
+        .inspect(
+            &scope,
+            tree.parse().unwrap(),
+            baton::run::Visibility::Public,
+        )
         .await
         .unwrap();
     assert!(
         view.processes.iter().all(|p| p.unknown_effects.is_empty()),
         "{view:?}"
     );
-    let handle: baton::run::ProcessHandle = engine.process(&scope, tree.parse().unwrap()).await.unwrap();
-    assert_eq!(handle.output().await.unwrap(), Payload::encode(&2000u64).unwrap());
+    let handle: baton::run::ProcessHandle =
+        engine.process(&scope, tree.parse().unwrap()).await.unwrap();
+    assert_eq!(
+        handle.output().await.unwrap(),
+        Payload::encode(&2000u64).unwrap()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

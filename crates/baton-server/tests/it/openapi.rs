@@ -1,7 +1,6 @@
 //! The served OpenAPI document parses with an OpenAPI crate written apart
 //! from the generator and lists every route.
 
-use openapiv3::{OpenAPI, ReferenceOr};
 use reqwest::Method;
 
 use crate::support::Running;
@@ -11,7 +10,7 @@ async fn the_openapi_document_lists_every_route() {
     let server = Running::memory().await;
     let reply = server.call(Method::GET, "/openapi.json", None, None).await;
     assert_eq!(reply.status, 200);
-    let document: OpenAPI = serde_json::from_str(&reply.text).unwrap();
+    let document = oas3::from_json(&reply.text).unwrap();
     assert!(document.openapi.starts_with("3."), "{}", document.openapi);
     let expected: &[(&str, &[&str])] = &[
         ("/healthz", &["get"]),
@@ -24,9 +23,10 @@ async fn the_openapi_document_lists_every_route() {
         ("/v1/trees/{id}/cancel", &["post"]),
         ("/v1/trees/{id}/effects/{effect_id}/resolve", &["post"]),
     ];
-    assert_eq!(document.paths.paths.len(), expected.len(), "{:?}", document.paths.paths.keys());
+    let paths = document.paths.unwrap();
+    assert_eq!(paths.len(), expected.len(), "{:?}", paths.keys());
     for (path, methods) in expected {
-        let Some(ReferenceOr::Item(item)) = document.paths.paths.get(*path) else {
+        let Some(item) = paths.get(*path) else {
             panic!("{path} is not in the document");
         };
         for method in *methods {
@@ -35,15 +35,16 @@ async fn the_openapi_document_lists_every_route() {
                 "post" => item.post.as_ref(),
                 _ => None,
             };
-            let operation = operation.unwrap_or_else(|| panic!("{method} {path} is not in the document"));
+            let operation =
+                operation.unwrap_or_else(|| panic!("{method} {path} is not in the document"));
             // Every tree route declares the bearer token and its 401.
             if path.starts_with("/v1/") {
-                assert!(operation.security.as_ref().is_some_and(|s| !s.is_empty()), "{path}");
+                assert!(!operation.security.is_empty(), "{path}");
                 assert!(
                     operation
                         .responses
-                        .responses
-                        .contains_key(&openapiv3::StatusCode::Code(401)),
+                        .as_ref()
+                        .is_some_and(|responses| responses.contains_key("401")),
                     "{method} {path}"
                 );
             }

@@ -158,7 +158,10 @@ async fn a_killed_hosts_trees_are_finished_or_parked_by_the_other_and_no_never_c
     let mut never_trees = Vec::new();
     let mut same_trees = Vec::new();
     for n in 0..3 {
-        never_trees.push(a.start("fixture.never", &format!("never-{n}"), 600_000).await);
+        never_trees.push(
+            a.start("fixture.never", &format!("never-{n}"), 600_000)
+                .await,
+        );
         same_trees.push(a.start("fixture.same", &format!("same-{n}"), 1500).await);
     }
     // Every call is in flight in A.
@@ -211,7 +214,10 @@ async fn a_killed_hosts_trees_are_finished_or_parked_by_the_other_and_no_never_c
             )
             .await;
         assert_eq!(view.json["status"], "needs_attention", "{}", view.text);
-        for effect in view.json["processes"][0]["unknown_effects"].as_array().unwrap() {
+        for effect in view.json["processes"][0]["unknown_effects"]
+            .as_array()
+            .unwrap()
+        {
             unknown.insert(effect.as_str().unwrap().to_owned());
         }
     }
@@ -220,7 +226,10 @@ async fn a_killed_hosts_trees_are_finished_or_parked_by_the_other_and_no_never_c
     // The side effect of each Never call happened exactly once.
     let lines = effects_file(&effects);
     assert_eq!(lines.len(), 3, "{lines:?}");
-    assert_eq!(lines.iter().cloned().collect::<BTreeSet<_>>(), never_effects);
+    assert_eq!(
+        lines.iter().cloned().collect::<BTreeSet<_>>(),
+        never_effects
+    );
 
     b.signal("TERM");
     let (status, rest) = b.exit().await;
@@ -252,7 +261,10 @@ async fn sigint_lets_the_call_in_flight_settle_then_exits_with_no_unknown_effect
     for process in &view.processes {
         assert!(process.unknown_effects.is_empty(), "{view:?}");
         assert!(
-            process.effects.iter().all(|effect| effect.phase == "settled"),
+            process
+                .effects
+                .iter()
+                .all(|effect| effect.phase == "settled"),
             "{view:?}"
         );
     }

@@ -39,10 +39,7 @@ pub fn slow() -> Program {
 
 /// The programs the API tests drive: the pause scenario and `test.slow`.
 pub fn programs() -> Vec<Program> {
-    vec![
-        baton_examples::pause::team().unwrap().erase(),
-        slow(),
-    ]
+    vec![baton_examples::pause::team().unwrap().erase(), slow()]
 }
 
 /// Tokens for scopes `a` and `b`.
@@ -164,7 +161,11 @@ impl Reply {
     #[track_caller]
     pub fn assert_problem(&self, status: u16, code: &str) {
         assert_eq!(self.status, status, "{}", self.text);
-        assert_eq!(self.content_type, "application/problem+json", "{}", self.text);
+        assert_eq!(
+            self.content_type, "application/problem+json",
+            "{}",
+            self.text
+        );
         assert_eq!(self.json["code"], code, "{}", self.text);
         assert_eq!(self.json["status"], status, "{}", self.text);
         assert_eq!(self.json["type"], format!("urn:baton:problem:{code}"));
