@@ -94,6 +94,16 @@ impl Host {
         *self.ready.borrow() && !self.is_draining()
     }
 
+    /// Resolves once the initial recovery finished (never, if a shutdown
+    /// came first).
+    pub(crate) async fn ready(&self) {
+        let mut ready = self.ready.subscribe();
+        tokio::select! {
+            _ = ready.wait_for(|ready| *ready) => {}
+            () = self.drained() => std::future::pending().await,
+        }
+    }
+
     /// Begins a shutdown: readiness and new work are refused from now on.
     pub(crate) fn begin_shutdown(&self) {
         self.draining.send_replace(true);
@@ -144,6 +154,9 @@ impl Host {
             }
         };
         if let Ok(mut drivers) = self.drivers.lock() {
+            // Finished drivers are reaped here, so the set holds only the
+            // trees still held.
+            while drivers.try_join_next().is_some() {}
             drivers.spawn(task);
         }
     }

@@ -126,13 +126,13 @@ impl Server {
 
     /// A handle that begins the shutdown from anywhere, as the shutdown
     /// future given to [`Server::run`] does.
-    pub fn shutdown_handle(&self) -> ShutdownHandle {
-        ShutdownHandle {
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle {
             host: self.host.clone(),
         }
     }
 
-    /// Runs the host until `shutdown` resolves (or a [`ShutdownHandle`]
+    /// Runs the host until `shutdown` resolves (or a [`ServerHandle`]
     /// says so): serves the API, recovers and takes over trees; then stops
     /// admitting work (503), shuts the engine down with the grace period
     /// (in-flight dispatches settle, leases are released), stops serving
@@ -186,17 +186,23 @@ impl Server {
 
 /// Begins a host's shutdown (see [`Server::shutdown_handle`]).
 #[derive(Clone)]
-pub struct ShutdownHandle {
+pub struct ServerHandle {
     host: Arc<Host>,
 }
 
-impl std::fmt::Debug for ShutdownHandle {
+impl std::fmt::Debug for ServerHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ShutdownHandle").finish_non_exhaustive()
+        f.debug_struct("ServerHandle").finish_non_exhaustive()
     }
 }
 
-impl ShutdownHandle {
+impl ServerHandle {
+    /// Resolves once the initial recovery finished (when `GET /readyz`
+    /// starts answering 200); never, if a shutdown comes first.
+    pub async fn ready(&self) {
+        self.host.ready().await;
+    }
+
     /// Begins the shutdown: from this call on, new work and readiness are
     /// refused (503); the host then drains and stops.
     pub fn shutdown(&self) {

@@ -474,10 +474,11 @@ async fn health_is_always_served_and_a_full_host_refuses_new_work_for_a_while() 
 async fn a_shutdown_refuses_new_work_lets_the_dispatch_in_flight_settle_and_releases_the_lease() {
     let store = Arc::new(MemoryStore::new());
     let server = Running::start(config(store.clone())).await;
-    let ready = server.call(Method::GET, "/readyz", None, None).await;
-    // Ready once the initial recovery (of an empty store) finished; a
-    // request waits for nothing here, so accept either and check later.
-    assert!([200, 503].contains(&ready.status));
+    server.shutdown.ready().await;
+    assert_eq!(
+        server.call(Method::GET, "/readyz", None, None).await.status,
+        200
+    );
     let slow = server
         .post(
             "/v1/trees",
@@ -550,14 +551,102 @@ async fn a_listener_without_tokens_is_refused_at_bind() {
     .await
     .unwrap_err();
     assert_eq!(error.code(), "serve.config.invalid");
-    let _ = Duration::ZERO;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_makes_the_takeover_loop_take_a_dead_engines_tree_before_its_next_scan() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use baton::run::dispatch::ReplayPolicy;
+    use baton::workflow::{Activity, ActivityConfig, ActivityContext};
+    use baton_server::WakeSource;
+
+    // A call that may be sent again: the first one never returns (its
+    // engine dies with it), the next returns at once; each reports its
+    // effect id when it starts.
+    let (sent, mut dispatched) = tokio::sync::mpsc::unbounded_channel();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let replayable = Activity::<u64, u64>::new(
+        ActivityConfig {
+            replay: ReplayPolicy::SameIdentity,
+            build: "baton-server tests replayable 1".into(),
+            ..ActivityConfig::new("test.replayable", "Hang the first time, then return.")
+        },
+        move |ms: u64, context: ActivityContext| {
+            let (sent, calls) = (sent.clone(), calls.clone());
+            async move {
+                let _ = sent.send(context.idempotency_key());
+                if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                    std::future::pending::<()>().await;
+                }
+                Ok(ms)
+            }
+        },
+    )
+    .unwrap()
+    .program()
+    .erase();
+
+    let store = Arc::new(MemoryStore::new());
+    let first = Engine::new(EngineConfig {
+        programs: vec![replayable.clone()],
+        ..EngineConfig::new(store.clone())
+    })
+    .unwrap();
+    let started = first
+        .start(
+            &replayable,
+            StartRequest::new(
+                StartId::new("a", "replayable").unwrap(),
+                Payload::encode(&7u64).unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    let tree = started.tree();
+    let effect = dispatched.recv().await.unwrap();
+
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let mut config = ServeConfig {
+        scan: Some(Duration::from_secs(3600)),
+        wake: Some(WakeSource::notify(wake.clone())),
+        ..config(store)
+    };
+    config.engine.programs.push(replayable);
+    let server = Running::start(config).await;
+    // The initial recovery left the tree alone: its engine is alive.
+    server.shutdown.ready().await;
+    let listed = server.get("/v1/trees?status=running", TOKEN_A).await;
+    assert_eq!(listed.json["trees"][0]["tree"], tree.to_string());
+
+    // The engine dies; the wake-up (not the hourly scan) takes the tree over.
+    drop(started);
+    drop(first);
+    wake.notify_one();
+    let replayed = tokio::time::timeout(Duration::from_secs(30), dispatched.recv())
+        .await
+        .expect("the woken takeover loop sent the call again")
+        .unwrap();
+    assert_eq!(replayed, effect);
+    let done = server
+        .get(
+            &format!("/v1/trees/{tree}?until=terminal&timeout_ms=20000"),
+            TOKEN_A,
+        )
+        .await;
+    assert_eq!(
+        done.json["processes"][0]["status"], "completed",
+        "{}",
+        done.text
+    );
+    server.stop().await;
 }
 
 #[test]
 fn the_server_and_its_futures_can_move_between_threads() {
     fn send<T: Send>(_: &T) {}
     fn send_sync<T: Send + Sync>() {}
-    send_sync::<baton_server::ShutdownHandle>();
+    send_sync::<baton_server::ServerHandle>();
     send_sync::<baton_server::Tokens>();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let _guard = runtime.enter();

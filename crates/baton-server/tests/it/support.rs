@@ -6,7 +6,7 @@ use std::time::Duration;
 use baton::run::store::Store;
 use baton::run::{EngineConfig, MemoryStore, Program, Scope};
 use baton::workflow::{Activity, ActivityConfig, ActivityContext};
-use baton_server::{ServeConfig, ServeError, Server, ShutdownHandle, Tokens};
+use baton_server::{ServeConfig, ServeError, Server, ServerHandle, Tokens};
 use reqwest::Method;
 use serde_json::Value;
 
@@ -67,7 +67,7 @@ pub fn config(store: Arc<dyn Store>) -> ServeConfig {
 pub struct Running {
     pub base: String,
     pub client: reqwest::Client,
-    pub shutdown: ShutdownHandle,
+    pub shutdown: ServerHandle,
     pub task: tokio::task::JoinHandle<Result<(), ServeError>>,
 }
 
@@ -76,7 +76,7 @@ impl Running {
     pub async fn start(config: ServeConfig) -> Running {
         let server = Server::bind(config).await.unwrap();
         let addr = server.local_addr().unwrap();
-        let shutdown = server.shutdown_handle();
+        let shutdown = server.handle();
         let task = tokio::spawn(server.run(std::future::pending()));
         Running {
             base: format!("http://{addr}"),
