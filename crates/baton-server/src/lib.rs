@@ -124,8 +124,8 @@ impl Server {
             .and_then(|listener| listener.local_addr().ok())
     }
 
-    /// A handle that begins the shutdown from anywhere, as the shutdown
-    /// future given to [`Server::run`] does.
+    /// A handle to learn when the host is ready and to begin its shutdown
+    /// from anywhere, as the shutdown future given to [`Server::run`] does.
     pub fn handle(&self) -> ServerHandle {
         ServerHandle {
             host: self.host.clone(),
@@ -184,7 +184,8 @@ impl Server {
     }
 }
 
-/// Begins a host's shutdown (see [`Server::shutdown_handle`]).
+/// Watches a running host's readiness and begins its shutdown (see
+/// [`Server::handle`]).
 #[derive(Clone)]
 pub struct ServerHandle {
     host: Arc<Host>,

@@ -5,7 +5,7 @@
 //! and a token sees only its scope: a tree of another scope is answered
 //! exactly as a missing tree (404). To add a route, write its handler in a
 //! module of its own (as `trees.rs`), give it a `#[utoipa::path]`, add it
-//! to [`router`] and to the `paths(...)` of [`openapi::ApiDoc`]; the test
+//! to `router` and to the `paths(...)` of [`openapi::ApiDoc`]; the test
 //! `the_openapi_document_lists_every_route` holds the two together.
 
 pub mod openapi;
