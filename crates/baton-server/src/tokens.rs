@@ -268,6 +268,25 @@ mod tests {
     }
 
     #[test]
+    fn tokens_load_from_a_file_and_a_missing_file_or_variable_is_named() {
+        let dir = std::env::temp_dir().join(format!("baton-server-tokens-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tokens");
+        std::fs::write(&path, "ops 0123456789abcdef0123\n").unwrap();
+        let mut tokens = Tokens::new();
+        tokens.extend_from_file(&path).unwrap();
+        assert_eq!(tokens.scope_of("0123456789abcdef0123"), Some(&scope("ops")));
+        let error = tokens.extend_from_file(&dir.join("absent")).unwrap_err();
+        assert_eq!(error.code(), "serve.tokens.unreadable");
+        assert!(error.to_string().contains("absent"), "{error}");
+        let error = tokens
+            .extend_from_env("BATON_SERVER_TEST_TOKENS_THAT_ARE_NOT_SET")
+            .unwrap_err();
+        assert_eq!(error.code(), "serve.tokens.unset");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn the_debug_form_shows_no_token() {
         let mut tokens = Tokens::new();
         tokens.insert(scope("a"), "secret-secret-secret").unwrap();
