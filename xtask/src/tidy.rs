@@ -9,7 +9,10 @@
 //! - the kernel ([`SMALL_FUNCTIONS_AND_FILES`]) allows no `clippy::too_many_arguments` and keeps
 //!   every file under `src/` within [`MAX_SOURCE_LINES`] lines;
 //! - every member manifest takes each dependency from the workspace (`workspace = true`) and
-//!   inherits the workspace lints (`[lints]` with `workspace = true`).
+//!   inherits the workspace lints (`[lints]` with `workspace = true`);
+//! - no code under [`SLEEP_FREE`] (the command line, the examples and the guides' code blocks)
+//!   calls `sleep` or `yield_now`, tests excepted: they await what the engine offers instead of
+//!   polling.
 //!
 //! `cargo xtask tidy` and the `tidy` step of `cargo xtask ci` call [`run`]; so does the test
 //! `workspace_is_tidy` below, which makes plain `cargo test` enforce the same rules.
@@ -61,15 +64,18 @@ pub const ARCHITECTURE: &[(&str, &[&str])] = &[
     ),
     // The examples are an application of the facade, shared as a library.
     ("baton-examples", &["baton"]),
-    // Applications and workspace scenarios go through the facade (plus the testkit and the
-    // shared examples).
     // The worker host and its HTTP API are an application of the facade, shared as a library
     // (the command line's `serve` calls it).
     ("baton-server", &["baton"]),
+    // Applications and workspace scenarios go through the facade (plus the testkit and the
+    // shared examples).
     (
         "baton-cli",
         &["baton", "baton-testkit", "baton-examples", "baton-server"],
     ),
+    // A host crate as a user writes one: its programs behind the embedded command line (the
+    // library of `baton-cli`, without the demos), and the tests that drive it.
+    ("baton-cli-embedded", &["baton", "baton-cli"]),
     ("baton-bench", &["baton", "baton-testkit", "baton-examples"]),
     ("baton-tests", &["baton", "baton-testkit", "baton-examples"]),
     // Tooling depends on no workspace crate.
@@ -101,6 +107,18 @@ pub const SMALL_FUNCTIONS_AND_FILES: &[&str] = &["baton-run"];
 
 /// The most lines a source file of a crate in [`SMALL_FUNCTIONS_AND_FILES`] may have.
 pub const MAX_SOURCE_LINES: usize = 1_000;
+
+/// Where code may not sleep (paths from the workspace root; a missing one is skipped): the
+/// command line, the examples and the code blocks of the guides, which users copy. Waiting for a
+/// tree is awaiting one of the engine's conditions, never a loop around `sleep`. Test modules
+/// (from a `#[cfg(test)]` line on) are exempt.
+pub const SLEEP_FREE: &[&str] = &[
+    "crates/baton-cli/src",
+    "crates/baton-examples/src",
+    "crates/baton-examples/examples",
+    "examples",
+    "docs/guides",
+];
 
 /// Manifest sections that list dependencies.
 const DEPENDENCY_SECTIONS: &[&str] = &["dependencies", "dev-dependencies", "build-dependencies"];
@@ -211,6 +229,23 @@ pub fn run(root: &Path) -> Result<Vec<Violation>> {
                 if file.starts_with(dir.join("src")) {
                     violations.extend(check_file_length(&shown, &source));
                 }
+            }
+        }
+    }
+    for dir in SLEEP_FREE {
+        let dir = root.join(dir);
+        if !dir.is_dir() {
+            continue;
+        }
+        let mut files = BTreeSet::new();
+        collect_files(&dir, &["rs", "md"], &mut files)?;
+        for file in files {
+            let source = read(&file)?;
+            let shown = display_path(root, &file);
+            if file.extension().is_some_and(|ext| ext == "md") {
+                violations.extend(check_no_sleep_in_code_blocks(&shown, &source));
+            } else {
+                violations.extend(check_no_sleep(&shown, &source));
             }
         }
     }
@@ -502,6 +537,60 @@ pub fn check_file_length(shown: &str, source: &str) -> Vec<Violation> {
              each decision has its own module"
         ),
     )]
+}
+
+/// Checks that a Rust source of [`SLEEP_FREE`] calls no `sleep` (`thread::sleep`,
+/// `tokio::time::sleep`, `sleep_until`, any `sleep(`) and no `yield_now` (the other half of a
+/// polling loop) before its first `#[cfg(test)]` line.
+pub fn check_no_sleep(shown: &str, source: &str) -> Vec<Violation> {
+    source
+        .lines()
+        .enumerate()
+        .take_while(|(_, line)| !line.trim_start().starts_with("#[cfg(test)]"))
+        .filter(|(_, line)| sleeps(line))
+        .map(|(index, _)| sleep_violation(shown, index + 1))
+        .collect()
+}
+
+/// Checks the fenced code blocks of a Markdown file of [`SLEEP_FREE`] like
+/// [`check_no_sleep`] checks a source.
+pub fn check_no_sleep_in_code_blocks(shown: &str, text: &str) -> Vec<Violation> {
+    let mut in_block = false;
+    let mut violations = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block;
+        } else if in_block && sleeps(line) {
+            violations.push(sleep_violation(shown, index + 1));
+        }
+    }
+    violations
+}
+
+fn sleep_violation(shown: &str, line: usize) -> Violation {
+    Violation::new(
+        format!("{shown}:{line}"),
+        "no-sleep",
+        "a sleep or a yield here is polling: await the engine's condition instead \
+         (`ProcessHandle::until`, `Engine::until`), or a channel, `Engine::watch` or the engine's \
+         events",
+    )
+}
+
+/// Whether a line's code (before any `//` comment) calls or names a sleep: `thread::sleep`,
+/// `time::sleep`, the word `sleep` or `sleep_until` followed by `(`, or `yield_now`.
+fn sleeps(line: &str) -> bool {
+    let code = line.split("//").next().unwrap_or_default();
+    if code.contains("thread::sleep") || code.contains("time::sleep") || code.contains("yield_now")
+    {
+        return true;
+    }
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    code.match_indices("sleep").any(|(at, _)| {
+        let before = code[..at].chars().next_back();
+        let after = code[at + "sleep".len()..].trim_start_matches("_until");
+        !before.is_some_and(is_ident) && after.trim_start().starts_with('(')
+    })
 }
 
 /// The attributes of a Rust source, each as `(line of its `#`, its text from `#[` to the closing
@@ -796,6 +885,12 @@ fn strip_comment(line: &str) -> &str {
 
 /// Adds the `.rs` files under `dir` to `files`, skipping `target` and hidden directories.
 fn collect_rust_files(dir: &Path, files: &mut BTreeSet<PathBuf>) -> Result<()> {
+    collect_files(dir, &["rs"], files)
+}
+
+/// Adds the files under `dir` with one of `extensions` to `files`, skipping `target` and hidden
+/// directories.
+fn collect_files(dir: &Path, extensions: &[&str], files: &mut BTreeSet<PathBuf>) -> Result<()> {
     let entries = fs::read_dir(dir).with_context(|| format!("failed to list {}", dir.display()))?;
     for entry in entries {
         let entry = entry.with_context(|| format!("failed to list {}", dir.display()))?;
@@ -807,9 +902,13 @@ fn collect_rust_files(dir: &Path, files: &mut BTreeSet<PathBuf>) -> Result<()> {
         let name = name.to_string_lossy();
         if file_type.is_dir() {
             if name != "target" && !name.starts_with('.') {
-                collect_rust_files(&path, files)?;
+                collect_files(&path, extensions, files)?;
             }
-        } else if file_type.is_file() && name.ends_with(".rs") {
+        } else if file_type.is_file()
+            && path
+                .extension()
+                .is_some_and(|ext| extensions.iter().any(|wanted| ext == *wanted))
+        {
             files.insert(path);
         }
     }
@@ -1022,6 +1121,34 @@ mod tests {
         assert_eq!(violations.len(), 1, "{violations:?}");
         assert_eq!(violations[0].rule, "file-length");
         assert!(violations[0].detail.starts_with("1001 lines"));
+    }
+
+    #[test]
+    fn sleeps_outside_tests_are_found() {
+        let nap = concat!("sle", "ep");
+        let spin = concat!("yield", "_now");
+        let source = format!(
+            "fn a() {{\n    std::thread::{nap}(d);\n}}\nasync fn b() {{ tokio::time::{nap}(d).await }}\n\
+             async fn c() {{ {nap}_until(t).await }}\nfn d() {{ let {nap}: Sleep = Sleep::Awake; }}\n\
+             // we {nap}(nothing) in a comment\nasync fn f() {{ tokio::task::{spin}().await }}\n\
+             #[cfg(test)]\nmod tests {{ fn e() {{ {nap}(d) }} }}\n"
+        );
+        let violations = check_no_sleep("f.rs", &source);
+        let lines: Vec<&str> = violations.iter().map(|v| v.subject.as_str()).collect();
+        assert_eq!(lines, ["f.rs:2", "f.rs:4", "f.rs:5", "f.rs:8"]);
+        assert!(violations.iter().all(|v| v.rule == "no-sleep"));
+    }
+
+    #[test]
+    fn sleeps_in_guide_code_blocks_are_found() {
+        let nap = concat!("sle", "ep");
+        let text = format!(
+            "Prose may say {nap}(x).\n\n```rust\nfn a() {{ std::thread::{nap}(d) }}\n```\n\n\
+             ```sh\nbaton ps\n```\n"
+        );
+        let violations = check_no_sleep_in_code_blocks("g.md", &text);
+        let lines: Vec<&str> = violations.iter().map(|v| v.subject.as_str()).collect();
+        assert_eq!(lines, ["g.md:4"]);
     }
 
     const GOOD_MANIFEST: &str = r#"

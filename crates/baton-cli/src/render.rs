@@ -4,10 +4,36 @@ use std::fmt::Write as _;
 
 use baton::run::log::Record;
 use baton::run::store::TreeMeta;
-use baton::run::{Dimension, ProcessView, Quota, TreeView, Verification};
+use baton::run::{Dimension, ProcessView, Program, Quota, TreeView, Verification, WatchEvent};
+use comfy_table::{CellAlignment, Table};
 use serde_json::{Value, json};
 
-/// `baton ps`.
+use crate::time;
+
+/// A table without borders: a header row, columns two spaces apart, each
+/// as wide as its widest value, so long values never misalign; columns
+/// listed in `right` are right-aligned.
+fn table(header: &[&str], right: &[usize], rows: Vec<Vec<String>>) -> String {
+    let mut table = Table::new();
+    table.load_preset(comfy_table::presets::NOTHING);
+    table.set_header(header.to_vec());
+    for row in rows {
+        table.add_row(row);
+    }
+    let last = header.len().saturating_sub(1);
+    for (index, column) in table.column_iter_mut().enumerate() {
+        column.set_padding((0, if index == last { 0 } else { 2 }));
+        if right.contains(&index) {
+            column.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    table
+        .lines()
+        .map(|line| format!("{}\n", line.trim_end()))
+        .collect()
+}
+
+/// `ps`.
 pub fn ps(trees: &[TreeMeta], as_json: bool) -> String {
     if as_json {
         return lines(trees.iter().map(|meta| {
@@ -15,6 +41,7 @@ pub fn ps(trees: &[TreeMeta], as_json: bool) -> String {
                 "tree": meta.tree.to_string(),
                 "scope": meta.scope.to_string(),
                 "status": meta.status.as_str(),
+                "updated": time::rfc3339(meta.updated),
                 "updated_ms": meta.updated.millis(),
             })
         }));
@@ -22,17 +49,47 @@ pub fn ps(trees: &[TreeMeta], as_json: bool) -> String {
     if trees.is_empty() {
         return "no trees\n".to_owned();
     }
-    let mut out = format!("{:<35} {:<16} {:<16}\n", "TREE", "SCOPE", "STATUS");
-    for meta in trees {
-        let _ = writeln!(
-            out,
-            "{:<35} {:<16} {:<16}",
-            meta.tree.to_string(),
-            meta.scope.to_string(),
-            meta.status.as_str()
-        );
+    let rows = trees
+        .iter()
+        .map(|meta| {
+            vec![
+                meta.tree.to_string(),
+                meta.scope.to_string(),
+                meta.status.as_str().to_owned(),
+                time::when(meta.updated),
+            ]
+        })
+        .collect();
+    table(&["TREE", "SCOPE", "STATUS", "UPDATED"], &[], rows)
+}
+
+/// `programs`: each registered program, newest version of a name last.
+pub fn programs(programs: &[Program], as_json: bool) -> String {
+    if as_json {
+        return lines(programs.iter().map(|program| {
+            let reference = program.reference();
+            json!({
+                "name": reference.name.to_string(),
+                "digest": reference.digest.to_string(),
+                "description": program.descriptor().description(),
+                "input_schema": program.descriptor().input_schema().json().to_value(),
+                "output_schema": program.descriptor().output_schema().json().to_value(),
+            })
+        }));
     }
-    out
+    let rows = programs
+        .iter()
+        .map(|program| {
+            let reference = program.reference();
+            let digest = reference.digest.to_string();
+            vec![
+                reference.name.to_string(),
+                digest.chars().take(15).collect(),
+                program.descriptor().description().to_owned(),
+            ]
+        })
+        .collect();
+    table(&["PROGRAM", "VERSION", "DESCRIPTION"], &[], rows)
 }
 
 fn lines(values: impl Iterator<Item = Value>) -> String {
@@ -72,8 +129,9 @@ fn budget_line(process: &ProcessView) -> String {
     parts.join(", ")
 }
 
-/// `baton inspect`: the process tree with statuses, budgets, waits and unknown effects.
-pub fn tree(view: &TreeView, as_json: bool) -> String {
+/// `inspect`: the process tree with statuses, budgets, waits and unknown
+/// effects, each with the command (of the command line `bin`) that acts on it.
+pub fn tree(view: &TreeView, as_json: bool, bin: &str) -> String {
     if as_json {
         return format!(
             "{}\n",
@@ -84,11 +142,17 @@ pub fn tree(view: &TreeView, as_json: bool) -> String {
         "tree {}  scope {}  status {}  log {} records\n",
         view.tree, view.scope, view.status, view.head_seq
     );
-    render_process(view, view.root(), 0, &mut out);
+    render_process(view, view.root(), 0, bin, &mut out);
     out
 }
 
-fn render_process(view: &TreeView, process: &ProcessView, depth: usize, out: &mut String) {
+fn render_process(
+    view: &TreeView,
+    process: &ProcessView,
+    depth: usize,
+    bin: &str,
+    out: &mut String,
+) {
     let indent = "  ".repeat(depth);
     let name = process
         .key
@@ -105,14 +169,14 @@ fn render_process(view: &TreeView, process: &ProcessView, depth: usize, out: &mu
     for wait in &process.open_waits {
         let _ = writeln!(
             out,
-            "{indent}  open wait {} (key {}): answer with `baton answer {} --wait {} JSON`",
+            "{indent}  open wait {} (key {}): answer with `{bin} answer {} --wait {} JSON`",
             wait.id, wait.key, view.tree, wait.id
         );
     }
     for effect in &process.unknown_effects {
         let _ = writeln!(
             out,
-            "{indent}  unknown effect {effect}: resolve with `baton resolve {} --effect {effect} JSON`",
+            "{indent}  unknown effect {effect}: resolve with `{bin} resolve {} --effect {effect} JSON`",
             view.tree
         );
     }
@@ -129,14 +193,58 @@ fn render_process(view: &TreeView, process: &ProcessView, depth: usize, out: &mu
             termination.cause()
         );
     }
+    for effect in &process.effects {
+        if let Some(retry_at) = effect.retry_at {
+            let _ = writeln!(
+                out,
+                "{indent}  effect {} failed {} time(s), tried again {}",
+                effect.id,
+                effect.failed_attempts,
+                time::when(retry_at)
+            );
+        }
+    }
     for child in process.children.values() {
         if let Some(child) = view.process(*child) {
-            render_process(view, child, depth + 1, out);
+            render_process(view, child, depth + 1, bin, out);
         }
     }
 }
 
-/// `baton log`.
+/// One event of `watch`: a JSON line, or `SEQ  KIND  PROCESS  DATA` where
+/// PROCESS is the child-key path from the root and the program, and a
+/// non-durable event has `-` for its sequence.
+pub fn event(event: &WatchEvent, as_json: bool) -> String {
+    let value = serde_json::to_value(event).unwrap_or(Value::Null);
+    if as_json {
+        return format!("{value}\n");
+    }
+    let seq = event
+        .seq
+        .map_or_else(|| "-".to_owned(), |seq| seq.to_string());
+    let kind = value["kind"].as_str().unwrap_or("event");
+    let path = if event.path.is_empty() {
+        "(root)".to_owned()
+    } else {
+        event
+            .path
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    let program = event
+        .program
+        .as_ref()
+        .map_or_else(String::new, |program| format!(" {program}"));
+    let data = match &value["data"] {
+        Value::Null => String::new(),
+        data => format!("  {data}"),
+    };
+    format!("{seq:>5}  {kind:<18}  {path}{program}{data}\n")
+}
+
+/// `log`.
 pub fn log(records: &[Record], as_json: bool) -> String {
     if as_json {
         return lines(records.iter().map(|record| {
@@ -149,21 +257,20 @@ pub fn log(records: &[Record], as_json: bool) -> String {
             })
         }));
     }
-    let mut out = format!("{:>5}  {:<18} {:>7}  {}\n", "SEQ", "KIND", "BYTES", "HASH");
-    for record in records {
-        let _ = writeln!(
-            out,
-            "{:>5}  {:<18} {:>7}  {}",
-            record.seq,
-            record.kind.as_str(),
-            record.body.len(),
-            record.hash
-        );
-    }
-    out
+    let rows = records
+        .iter()
+        .map(|record| {
+            vec![
+                record.seq.to_string(),
+                record.kind.as_str().to_owned(),
+                record.body.len().to_string(),
+                record.hash.to_string(),
+            ]
+        })
+        .collect();
+    table(&["SEQ", "KIND", "BYTES", "HASH"], &[0, 2], rows)
 }
 
-/// The result of driving a tree: its output when done, else its state.
 /// What `log --verify` checked, as one line.
 pub fn verification(checked: &Verification, as_json: bool) -> String {
     if as_json {
@@ -197,7 +304,8 @@ pub fn verification(checked: &Verification, as_json: bool) -> String {
     line
 }
 
-pub fn outcome(view: &TreeView, as_json: bool) -> String {
+/// The result of driving a tree: its output when done, else its state.
+pub fn outcome(view: &TreeView, as_json: bool, bin: &str) -> String {
     let root = view.root();
     match (&root.termination, as_json) {
         (Some(termination), false) => match termination.output() {
@@ -212,7 +320,7 @@ pub fn outcome(view: &TreeView, as_json: bool) -> String {
                     .unwrap_or_default()
             ),
         },
-        _ => tree(view, as_json),
+        _ => tree(view, as_json, bin),
     }
 }
 

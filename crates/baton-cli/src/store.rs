@@ -5,7 +5,6 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{Context, Result, bail};
 use baton::run::TreeId;
 use baton::run::log::Record;
 use baton::run::store::{Store, StoreError};
@@ -13,7 +12,10 @@ use baton::run::store::{Store, StoreError};
 use baton::store::postgres::PostgresStore;
 use baton::store::sqlite::SqliteStore;
 
+use crate::error::CliError;
+
 /// An opened store.
+#[non_exhaustive]
 pub enum CliStore {
     /// A SQLite file.
     Sqlite(SqliteStore),
@@ -29,23 +31,30 @@ fn is_url(location: &str) -> bool {
 
 impl CliStore {
     /// Opens the store at `location`; commands that only read never create
-    /// one (`create` is false), the demo creates the file or the tables.
-    pub fn open(location: &str, create: bool) -> Result<CliStore> {
+    /// one (`create` is false), `start` creates the file or the tables.
+    /// `missing` says how to get a store when there is none.
+    pub(crate) fn open(location: &str, create: bool, missing: &str) -> Result<CliStore, CliError> {
         if is_url(location) {
             return open_postgres(location, create);
         }
         let path = Path::new(location);
         if !create && !path.exists() {
-            bail!("no store at {location} (run `baton demo` first, or pass --store)");
+            return Err(CliError::NoStore {
+                location: location.to_owned(),
+                hint: missing.to_owned(),
+            });
         }
         let opened = if create {
             SqliteStore::open_or_create(path)
         } else {
             SqliteStore::open(path)
         };
-        Ok(CliStore::Sqlite(opened.with_context(|| {
-            format!("cannot open the store {location}")
-        })?))
+        opened
+            .map(CliStore::Sqlite)
+            .map_err(|error| CliError::StoreUnusable {
+                location: location.to_owned(),
+                message: error.to_string(),
+            })
     }
 
     /// The store, as the engine sees it.
@@ -69,19 +78,24 @@ impl CliStore {
 }
 
 #[cfg(feature = "postgres")]
-fn open_postgres(url: &str, create: bool) -> Result<CliStore> {
+fn open_postgres(url: &str, create: bool) -> Result<CliStore, CliError> {
     let opened = if create {
         PostgresStore::open_or_create(url)
     } else {
         PostgresStore::open(url)
     };
     // The error names the database without its password.
-    Ok(CliStore::Postgres(opened.context("cannot open the store")?))
+    opened
+        .map(CliStore::Postgres)
+        .map_err(|error| CliError::StoreUnusable {
+            location: "(the PostgreSQL database)".to_owned(),
+            message: error.to_string(),
+        })
 }
 
 #[cfg(not(feature = "postgres"))]
-fn open_postgres(_url: &str, _create: bool) -> Result<CliStore> {
-    bail!(
-        "this baton was built without PostgreSQL: build it with `cargo build --release -p baton-cli --features postgres` to use a postgres:// store"
-    )
+fn open_postgres(_url: &str, _create: bool) -> Result<CliStore, CliError> {
+    Err(CliError::argument(
+        "this command line was built without PostgreSQL: build it with the `postgres` feature of baton-cli (for `baton`: `cargo build --release -p baton-cli --features postgres`) to use a postgres:// store",
+    ))
 }

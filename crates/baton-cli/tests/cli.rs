@@ -182,10 +182,22 @@ fn inspect_and_ps_output_is_stable() {
     let paused: Value =
         serde_json::from_str(dir.ok(&["demo", "--pause", "--json"]).trim()).expect("json");
     let tree = paused["tree"].as_str().expect("tree");
-    let ps = redact(&dir.ok(&["ps"]));
+    // Columns are as wide as their values: the id is 34 characters, so the
+    // header's TREE column is 36 wide; the update time is a date in UTC with
+    // how long ago it was.
+    let ps = dir.ok(&["ps"]);
+    let lines: Vec<&str> = ps.lines().collect();
+    assert_eq!(lines.len(), 2, "{ps}");
     assert_eq!(
-        ps,
-        "TREE                                SCOPE            STATUS          \np_…  demo             waiting         \n"
+        lines[0],
+        format!("{:<36}SCOPE  STATUS   UPDATED", "TREE"),
+        "{ps}"
+    );
+    let row = redact(lines[1]);
+    assert!(row.starts_with("p_…  demo   waiting  20"), "{row}");
+    assert!(
+        row.ends_with(" UTC, just now") || row.ends_with("s ago"),
+        "{row}"
     );
     let inspect = redact(&dir.ok(&["inspect", tree]));
     let expected = "\

@@ -14,23 +14,22 @@ use baton::coordination::{
     Answer, Candidate, Deadline, FirstSuccess, FirstSuccessConfig, InputGate, Outcome,
 };
 use baton::run::{
-    ChildKey, Engine, EngineConfig, ManualClock, MemoryStore, Payload, ProcessHandle, SignalId,
-    SignalRequest, StartId, StartRequest, Timestamp, WaitId,
+    ChildKey, Condition, Engine, EngineConfig, ManualClock, MemoryStore, Payload, ProcessHandle,
+    SignalId, SignalRequest, StartId, StartRequest, Timestamp, WaitId,
 };
 
-/// Waits until a child has an open wait and returns its id.
+/// Waits until a child has an open wait and returns its id: the engine
+/// reports when a wait opens anywhere in the tree (or when none can open
+/// any more), so nothing polls.
 async fn open_wait(handle: &ProcessHandle<Answer>) -> Result<WaitId, String> {
-    for _ in 0..10_000 {
-        let view = handle.inspect().await.map_err(|e| e.to_string())?;
-        if let Some(wait) = view
-            .process(handle.id())
-            .and_then(|process| process.open_waits.first())
-        {
-            return Ok(wait.id);
-        }
-        tokio::task::yield_now().await;
-    }
-    Err("the gate never opened its wait".into())
+    let view = handle
+        .until(Condition::WaitOpened)
+        .await
+        .map_err(|e| e.to_string())?;
+    view.process(handle.id())
+        .and_then(|process| process.open_waits.first())
+        .map(|wait| wait.id)
+        .ok_or_else(|| "the gate never opened its wait".into())
 }
 
 /// Runs both races and returns the line naming each winner.

@@ -43,6 +43,7 @@ pub fn team() -> Result<Program<String, String>, Box<dyn std::error::Error>> {
         max_tasks: Quota::Finite(1),
         max_concurrent_tasks: 1,
         max_controls_per_turn: 1,
+        stall_turns: baton::team::DEFAULT_STALL_TURNS,
     })?)
 }
 

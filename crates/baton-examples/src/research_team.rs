@@ -308,6 +308,7 @@ pub fn team(
         max_tasks: Quota::Finite(2),
         max_concurrent_tasks: 1,
         max_controls_per_turn: 1,
+        stall_turns: baton::team::DEFAULT_STALL_TURNS,
     })?)
 }
 

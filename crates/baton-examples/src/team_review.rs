@@ -170,6 +170,7 @@ pub fn team() -> Result<Program<String, String>, Box<dyn std::error::Error>> {
         max_tasks: Quota::Finite(2),
         max_concurrent_tasks: 2,
         max_controls_per_turn: 1,
+        stall_turns: baton::team::DEFAULT_STALL_TURNS,
     })?;
     Ok(team)
 }

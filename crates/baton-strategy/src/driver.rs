@@ -442,6 +442,7 @@ impl<R: Rule> Team<R> {
             max_tasks: Quota::Finite(self.max_tasks),
             max_concurrent_tasks: self.max_concurrent.max(1),
             max_controls_per_turn: MAX_DELIVERIES,
+            stall_turns: baton_team::DEFAULT_STALL_TURNS,
         })?;
         Ok(Bound {
             program,

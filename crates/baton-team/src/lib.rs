@@ -70,6 +70,11 @@ pub const LIMIT_TURNS: &str = "team.limit.turns";
 pub const COORDINATOR_UNRESOLVED: &str = "team.coordinator.unresolved_effects";
 /// Failure code of an exhausted counter (kind `execution`).
 pub const COUNTER_EXHAUSTED: &str = "engine.counter.exhausted";
+/// A team whose turns stopped making progress (see [`Config::stall_turns`]).
+pub const STALLED: &str = "team.stalled";
+/// A sensible [`Config::stall_turns`]: three turns in a row that make no
+/// progress and decide the same thing.
+pub const DEFAULT_STALL_TURNS: Quota = Quota::Finite(3);
 
 /// A child program with the grants it receives each time it starts: its
 /// budget (debited from the team for good, never refunded) and its
@@ -128,6 +133,13 @@ pub struct Config {
     pub max_concurrent_tasks: u32,
     /// The most controls in one decision (at least 1).
     pub max_controls_per_turn: u32,
+    /// The stall guard: the team fails with [`STALLED`] once this many
+    /// turns in a row made no progress — no new task, no control, the
+    /// state unchanged, no task outcome arrived during the turn — each
+    /// deciding exactly what the turn before it decided.
+    /// [`DEFAULT_STALL_TURNS`] suits most teams; `Quota::Unlimited` turns
+    /// the guard off; a finite zero is rejected.
+    pub stall_turns: Quota,
 }
 
 /// Why a team (or a [`Policy`]) could not be built. Nothing is bound.
@@ -162,6 +174,9 @@ pub enum ConfigError {
     /// `max_concurrent_tasks` is zero.
     #[error("team: invalid configuration: max_concurrent_tasks must be at least 1")]
     ZeroMaxConcurrentTasks,
+    /// `stall_turns` is a finite zero: every turn would count as stalled.
+    #[error("team: invalid configuration: stall_turns must not be zero")]
+    ZeroStallTurns,
     /// `max_controls_per_turn` is zero.
     #[error("team: invalid configuration: max_controls_per_turn must be at least 1")]
     ZeroMaxControlsPerTurn,
@@ -187,6 +202,7 @@ impl ConfigError {
             ConfigError::ZeroMaxTurns => "team.config.max_turns",
             ConfigError::ZeroMaxConcurrentTasks => "team.config.max_concurrent_tasks",
             ConfigError::ZeroMaxControlsPerTurn => "team.config.max_controls_per_turn",
+            ConfigError::ZeroStallTurns => "team.config.stall_turns",
             ConfigError::Build => "team.config.build",
             ConfigError::Encode { .. } => "team.config.encode",
         }
@@ -206,6 +222,7 @@ struct Digested<'a> {
     max_tasks: Quota,
     max_concurrent_tasks: u32,
     max_controls_per_turn: u32,
+    stall_turns: Quota,
 }
 
 #[derive(Serialize)]
@@ -280,6 +297,9 @@ pub fn compile<I: schemars::JsonSchema, O: schemars::JsonSchema>(
     if config.max_controls_per_turn == 0 {
         return Err(ConfigError::ZeroMaxControlsPerTurn);
     }
+    if config.stall_turns == Quota::Finite(0) {
+        return Err(ConfigError::ZeroStallTurns);
+    }
     let configuration = configuration_digest(&Digested {
         name: &config.name,
         description: &config.description,
@@ -291,6 +311,7 @@ pub fn compile<I: schemars::JsonSchema, O: schemars::JsonSchema>(
         max_tasks: config.max_tasks,
         max_concurrent_tasks: config.max_concurrent_tasks,
         max_controls_per_turn: config.max_controls_per_turn,
+        stall_turns: config.stall_turns,
     })
     .map_err(|error| ConfigError::Encode {
         message: error.to_string(),

@@ -46,6 +46,15 @@ pub(crate) struct Decided {
     pub tasks: u32,
 }
 
+/// A run of turns that made no progress, each deciding what the one before
+/// it decided: how many, and the digest of that decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Stall {
+    pub count: u32,
+    pub decision: baton_run::Digest,
+}
+
 /// The current turn. Its fields are declared in key order, so its JSON is
 /// canonical as serde writes it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,6 +81,14 @@ pub(crate) struct TurnRecord {
         deserialize_with = "crate::codec::record::only_true"
     )]
     pub outcome_arrived: bool,
+    /// The run of turns without progress this turn continues, if any (the
+    /// stall guard): carried into the next turn by the decision.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "baton_run::program::deserialize_present"
+    )]
+    pub stalled: Option<Stall>,
     /// The working state: the turn's input until the decision, then the
     /// decision's state.
     pub state: Payload,
@@ -148,6 +165,15 @@ pub(crate) enum StateError {
     /// Turn 0.
     #[error("turn numbers start at 1")]
     TurnZero,
+    /// A run of turns without progress that is empty or longer than the
+    /// turns so far.
+    #[error("a run of {count} turns without progress cannot end at turn {number}")]
+    StallRun {
+        /// The run's length.
+        count: u32,
+        /// The turn.
+        number: u64,
+    },
     /// A turn beyond `max_turns`.
     #[error("turn {number} is beyond the limit of {limit} turns")]
     TurnBeyondLimit {
@@ -477,6 +503,14 @@ impl Record {
         }
         if turn.number == 0 {
             return Err(StateError::TurnZero);
+        }
+        if let Some(run) = turn.stalled
+            && (run.count == 0 || u64::from(run.count) > turn.number)
+        {
+            return Err(StateError::StallRun {
+                count: run.count,
+                number: turn.number,
+            });
         }
         if !shared.max_turns.allows(0, turn.number) {
             return Err(StateError::TurnBeyondLimit {

@@ -14,11 +14,11 @@ use baton_run::{
 };
 
 use crate::codec::{self, CodecError, Memo};
-use crate::state::{Decided, Fact, Phase, Receipt, Record, TurnRecord};
+use crate::state::{Decided, Fact, Phase, Receipt, Record, Stall, TurnRecord};
 use crate::wire::{ControlAction, Decision, Mode, Task};
 use crate::{
     Binding, COORDINATOR_UNRESOLVED, COUNTER_EXHAUSTED, Config, DECISION_INVALID, LIMIT_TURNS,
-    PROTOCOL_INVALID, RESERVED_PREFIX, STATE_INVALID,
+    PROTOCOL_INVALID, RESERVED_PREFIX, STALLED, STATE_INVALID,
 };
 
 /// The frozen configuration every execution of one team shares.
@@ -33,6 +33,7 @@ pub(crate) struct Shared {
     pub max_tasks: Quota,
     pub max_concurrent: u32,
     pub max_controls: u32,
+    pub stall_turns: Quota,
     /// Recently restored states, to restore the next by difference.
     memo: Memo,
 }
@@ -86,6 +87,7 @@ impl Team {
                 max_tasks: config.max_tasks,
                 max_concurrent: config.max_concurrent_tasks,
                 max_controls: config.max_controls_per_turn,
+                stall_turns: config.stall_turns,
                 memo: Memo::default(),
             }),
         })
@@ -237,6 +239,7 @@ impl TeamRun {
             coordinator: None,
             outcome_arrived: false,
             decided: None,
+            stalled: None,
         });
         let key = turn_key(number);
         let coordinator = &self.shared.coordinator;
@@ -370,6 +373,7 @@ impl TeamRun {
         };
         let decision: Decision = output.decode().map_err(invalid)?;
         validate(&self.shared, &self.record, &decision).map_err(invalid)?;
+        let stalled = self.stall_guard(&decision, output.digest())?;
         if let Some(output) = decision.output {
             self.record = Record::completed();
             return Ok(Next::Complete(output));
@@ -416,6 +420,7 @@ impl TeamRun {
         }
         let turn = self.turn_mut();
         turn.state = decision.state;
+        turn.stalled = stalled;
         turn.decided = Some(Decided {
             mode,
             tasks: new_tasks,
@@ -497,7 +502,7 @@ impl TeamRun {
                     for child in children {
                         self.record_outcome(child)?;
                     }
-                    return self.next_turn();
+                    return self.next_turn(false);
                 }
                 // A wait naming a task whose start was refused is refused
                 // as a whole; the mode rule then applies to the recorded
@@ -537,7 +542,7 @@ impl TeamRun {
                 condition: Condition::Any,
             }]));
         }
-        self.next_turn()
+        self.next_turn(true)
     }
 
     /// A `wait` turn's wait settled: record the outcomes, start the next turn.
@@ -548,7 +553,8 @@ impl TeamRun {
                     for child in children {
                         self.record_outcome(child)?;
                     }
-                    self.next_turn()
+                    // Outcomes arrived: progress, whatever the turn decided.
+                    self.next_turn(false)
                 }
                 other => Err(protocol(format!("expected drained tasks, got {other:?}"))),
             },
@@ -559,7 +565,10 @@ impl TeamRun {
         }
     }
 
-    fn next_turn(&mut self) -> Result<Next, StepError> {
+    /// Opens the next turn with the decided state, carrying the run of
+    /// turns without progress into it when `carry_stall` (no task outcome
+    /// arrived since the decision).
+    fn next_turn(&mut self, carry_stall: bool) -> Result<Next, StepError> {
         let turn = self.turn();
         let number = turn.number.checked_add(1).ok_or_else(|| {
             StepError::classified(
@@ -568,8 +577,50 @@ impl TeamRun {
                 "team: the turn counter is exhausted",
             )
         })?;
-        let state = turn.state.clone();
-        self.open_turn(number, state)
+        let (state, stalled) = (turn.state.clone(), turn.stalled.filter(|_| carry_stall));
+        let next = self.open_turn(number, state)?;
+        self.turn_mut().stalled = stalled;
+        Ok(next)
+    }
+
+    /// The stall guard: whether this turn made no progress (no new task,
+    /// no control, the state unchanged, no task outcome during the turn)
+    /// and decided what the turn before it decided; the run of such turns
+    /// it continues, or the team's failure once the run reaches
+    /// `stall_turns`.
+    fn stall_guard(
+        &self,
+        decision: &Decision,
+        digest: baton_run::Digest,
+    ) -> Result<Option<Stall>, StepError> {
+        let turn = self.turn();
+        let idle = decision.output.is_none()
+            && decision.tasks.is_empty()
+            && decision.controls.is_empty()
+            && decision.state == turn.state
+            && !turn.outcome_arrived;
+        if !idle {
+            return Ok(None);
+        }
+        let count = match turn.stalled {
+            Some(run) if run.decision == digest => run.count.saturating_add(1),
+            _ => 1,
+        };
+        if matches!(self.shared.stall_turns, Quota::Finite(limit) if u64::from(count) >= limit) {
+            let first = turn.number + 1 - u64::from(count);
+            return Err(StepError::classified(
+                FailureKind::Execution,
+                STALLED,
+                format!(
+                    "team: stalled: turns {first} to {} made no progress (no new task, no control, no change of state, no task outcome), each deciding the same ({digest}); the limit is {} such turns",
+                    turn.number, self.shared.stall_turns
+                ),
+            ));
+        }
+        Ok(Some(Stall {
+            count,
+            decision: digest,
+        }))
     }
 }
 
@@ -844,6 +895,7 @@ mod tests {
                 max_tasks: Quota::Unlimited,
                 max_concurrent_tasks: 64,
                 max_controls_per_turn: 4,
+                stall_turns: Quota::Unlimited,
             },
         )
         .expect("builds")

@@ -240,16 +240,18 @@ pub fn request<I: Serialize>(key: &str, input: I) -> StartRequest<Value> {
     StartRequest::new(start_id(key), serde_json::to_value(input).expect("encodes"))
 }
 
-/// Waits until the process of `handle` waits on an open wait (the tree
-/// reached [`baton_run::Condition::WaitOpened`]), and returns the wait.
+/// Polls the tree until the process of `handle` waits on an open wait, and
+/// returns the wait.
 pub async fn open_wait<O>(handle: &baton_run::ProcessHandle<O>) -> WaitId {
-    let view = handle
-        .until(baton_run::Condition::WaitOpened)
-        .await
-        .expect("the tree can be awaited");
-    view.process(handle.id())
-        .filter(|process| process.status == baton_run::Status::Waiting)
-        .and_then(|process| process.open_waits.first())
-        .map(|wait| wait.id)
-        .unwrap_or_else(|| panic!("no wait opened: the tree is {:?}", view.status))
+    for _ in 0..10_000 {
+        let view = handle.inspect().await.expect("inspects");
+        if let Some(process) = view.process(handle.id())
+            && let Some(wait) = process.open_waits.first()
+            && process.status == baton_run::Status::Waiting
+        {
+            return wait.id;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("no wait opened");
 }

@@ -112,8 +112,8 @@
 //!     SignalBody, StepError, Transition, configuration_digest, implementation_digest,
 //! };
 //! use baton::run::{
-//!     ChildKey, Engine, EngineConfig, MemoryStore, Payload, Program, SignalId, SignalRequest,
-//!     StartId, StartRequest, WaitId,
+//!     ChildKey, Condition, Engine, EngineConfig, MemoryStore, Payload, Program, SignalId,
+//!     SignalRequest, StartId, StartRequest, WaitId,
 //! };
 //! use serde::{Deserialize, Serialize};
 //!
@@ -217,16 +217,15 @@
 //!     let start = StartRequest::new(StartId::new("acme", "job-1")?, "deploy".to_string());
 //!     let handle = engine.start(&program, start).await?;
 //!
-//!     // The wait opens once the tree's task has stepped and committed.
-//!     let mut wait = None;
-//!     for _ in 0..1000 {
-//!         if let Some(open) = handle.inspect().await?.root().open_waits.first() {
-//!             wait = Some(open.id);
-//!             break;
-//!         }
-//!         tokio::task::yield_now().await;
-//!     }
-//!     let wait = wait.ok_or("the approval wait never opened")?;
+//!     // The wait opens once the tree's task has stepped and committed: await
+//!     // that moment (it also resolves if the tree can no longer open a wait).
+//!     let view = handle.until(Condition::WaitOpened).await?;
+//!     let wait = view
+//!         .root()
+//!         .open_waits
+//!         .first()
+//!         .ok_or("the approval wait never opened")?
+//!         .id;
 //!
 //!     handle
 //!         .signal(SignalRequest {

@@ -139,6 +139,7 @@ async fn the_worked_example_runs_four_turns_and_prints_the_expected_line() {
         max_tasks: Quota::Finite(2),
         max_concurrent_tasks: 2,
         max_controls_per_turn: 1,
+        stall_turns: baton::team::DEFAULT_STALL_TURNS,
     })
     .expect("valid team");
     let engine = Engine::new(EngineConfig {

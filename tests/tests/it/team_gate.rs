@@ -46,6 +46,7 @@ fn config(coordinator: &Program<Turn, Decision>) -> Config {
         max_tasks: Quota::Unlimited,
         max_concurrent_tasks: 2,
         max_controls_per_turn: 1,
+        stall_turns: baton::team::DEFAULT_STALL_TURNS,
     }
 }
 

@@ -106,6 +106,7 @@ async fn a_signal_control_steers_the_workers_next_model_call() {
         max_tasks: Quota::Finite(1),
         max_concurrent_tasks: 1,
         max_controls_per_turn: 1,
+        stall_turns: baton::team::DEFAULT_STALL_TURNS,
     })
     .expect("valid");
     let engine = Engine::new(EngineConfig {

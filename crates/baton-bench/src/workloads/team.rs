@@ -84,6 +84,7 @@ pub async fn team_run(run: usize, kind: StoreKind, rounds: u64, batch: u64) -> R
         max_tasks: Quota::Unlimited,
         max_concurrent_tasks: u32::try_from(batch)?,
         max_controls_per_turn: 1,
+        stall_turns: baton::team::DEFAULT_STALL_TURNS,
     })?;
     let store = BenchStore::fresh(kind)?;
     let mut config = store.config(team.erase());

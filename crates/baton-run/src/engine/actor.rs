@@ -29,6 +29,7 @@ use super::lifecycle::{Owner, Sleeper, SnapshotPace};
 pub(crate) use super::mailbox::{Channels, Command};
 use super::round::{self, ChildrenWait, Next, Pass};
 use super::shared::{Door, TreeShared};
+use super::spare::{keep_staged, spare_staged};
 use super::state::TreeState;
 use super::view::{Event, EventKind, TreeView, Visibility};
 use super::{EngineInner, SignalReceipt, SignalRequest, Sleep};
@@ -37,34 +38,6 @@ use super::{EngineInner, SignalReceipt, SignalRequest, Sleep};
 /// processes keep progressing (each commit takes up to
 /// `max_steps_per_commit` steps).
 const HELD_COMMITS: u32 = 4;
-
-thread_local! {
-    /// A finished tree's staged-record buffer, for the next tree this
-    /// thread starts: records are large, and a fresh buffer regrows (moving
-    /// them) several times in a tree's first round.
-    static SPARE_STAGED: std::cell::Cell<Vec<RecordBody>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-/// The largest staged-record buffer kept for reuse (in records).
-const SPARE_STAGED_MAX: usize = 256;
-
-fn spare_staged() -> Vec<RecordBody> {
-    SPARE_STAGED.with(std::cell::Cell::take)
-}
-
-fn keep_staged(mut staged: Vec<RecordBody>) {
-    staged.clear();
-    if staged.capacity() <= SPARE_STAGED_MAX {
-        SPARE_STAGED.with(|spare| {
-            let current = spare.take();
-            spare.set(if current.capacity() >= staged.capacity() {
-                current
-            } else {
-                staged
-            });
-        });
-    }
-}
 
 /// Log bytes written since the last snapshot, per byte of that snapshot,
 /// before the next one is due.

@@ -26,6 +26,7 @@ mod lifecycle;
 mod mailbox;
 mod round;
 mod shared;
+mod spare;
 mod state;
 mod view;
 mod watch;

@@ -302,6 +302,7 @@ mod tests {
             }),
             number: 2,
             outcome_arrived: true,
+            stalled: None,
             state: Payload::parse_str(r#"{"b":2,"a":1}"#).expect("json"),
         });
         let text = encode(&record).expect("writes");

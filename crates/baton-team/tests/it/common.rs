@@ -283,6 +283,7 @@ pub fn config(coordinator: Program, workers: Vec<Program>) -> Config {
         max_tasks: Quota::Unlimited,
         max_concurrent_tasks: 8,
         max_controls_per_turn: 4,
+        stall_turns: baton_team::DEFAULT_STALL_TURNS,
     }
 }
 

@@ -9,4 +9,5 @@ mod policy_identity;
 mod policy_memo;
 mod scenarios;
 mod schemas;
+mod stall;
 mod steps;

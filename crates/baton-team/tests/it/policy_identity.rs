@@ -147,6 +147,7 @@ fn team(coordinator: &Policy, worker: &Program) -> Program<u64, Payload> {
         max_tasks: Quota::Finite(1),
         max_concurrent_tasks: 1,
         max_controls_per_turn: 1,
+        stall_turns: baton_team::DEFAULT_STALL_TURNS,
     })
     .expect("a valid team")
 }

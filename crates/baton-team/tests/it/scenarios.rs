@@ -392,6 +392,7 @@ async fn max_turns_stops_the_team() {
     });
     let mut config = config(coordinator, vec![worker(Kind::Echo, "test.echo")]);
     config.max_turns = Quota::Finite(3);
+    config.stall_turns = Quota::Unlimited;
     let team = compile::<String, Value>(config).expect("valid");
     let engine = engine(Arc::new(MemoryStore::new()), &team);
     let handle = engine

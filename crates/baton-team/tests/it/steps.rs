@@ -166,6 +166,7 @@ fn team() -> Program<u32, String> {
         max_tasks: Quota::Finite(5),
         max_concurrent_tasks: 3,
         max_controls_per_turn: 2,
+        stall_turns: baton_team::DEFAULT_STALL_TURNS,
     })
     .expect("valid")
 }
@@ -940,6 +941,7 @@ fn a_wrong_team_configuration_is_refused_with_its_code() {
         max_tasks: Quota::Finite(5),
         max_concurrent_tasks: 3,
         max_controls_per_turn: 2,
+        stall_turns: baton_team::DEFAULT_STALL_TURNS,
     };
     let code = |config: Config| {
         compile::<u32, String>(config)
@@ -989,6 +991,7 @@ fn a_wrong_team_configuration_is_refused_with_its_code() {
     assert_eq!(
         code(Config {
             max_controls_per_turn: 0,
+            stall_turns: baton_team::DEFAULT_STALL_TURNS,
             ..config()
         }),
         "team.config.max_controls_per_turn"

@@ -2,13 +2,19 @@
 //! pause scenario that waits for a human answer, and one scenario per team
 //! strategy.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context as _, Result, bail};
+use baton::run::log::RecordKind;
 use baton::run::store::TreeStatus;
 use baton::run::{
-    Engine, Payload, ProcessView, Program, Scope, StartId, StartRequest, TreeLimits, TreeView,
+    Engine, Payload, ProcessView, Program, Scope, Settlement, StartId, StartRequest, TreeLimits,
+    TreeView,
 };
+use baton_cli::{CliError, Context, HostHooks, LostEffect, Resolution, WaitArgs};
+use baton_testkit::{Cut, FaultStore};
+use clap::{Args, ValueEnum};
 
 // The worked example is `baton-examples`' `team_review`, and the strategy
 // scenarios are its `strategies`; the command line runs those very programs.
@@ -20,6 +26,124 @@ pub const SCOPE: &str = "demo";
 
 /// The question the pause scenario asks.
 pub use baton_examples::pause::QUESTION;
+
+/// `baton demo`'s flags.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// A team strategy to run instead of the worked example.
+    #[arg(value_enum, conflicts_with = "pause")]
+    scenario: Option<ScenarioArg>,
+    /// Run the pause scenario instead: the team waits on an input gate
+    /// and this command exits; continue it with `baton answer`.
+    #[arg(long)]
+    pause: bool,
+    /// With --pause: keep running after the team waits; with
+    /// --crash-at: keep running after the crash (for crash tests).
+    #[arg(long, hide = true)]
+    hold: bool,
+    /// With a scenario: stop the run as a crash would, before the N-th
+    /// commit that starts a child, and leave it for `baton recover`.
+    #[arg(long, hide = true, value_name = "N", requires = "scenario")]
+    crash_at: Option<usize>,
+}
+
+/// The team strategy scenarios of `baton demo`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ScenarioArg {
+    /// A writer, a reviewer and an editor in turn.
+    Sequential,
+    /// Three reviewers at once, merged by a model.
+    Parallel,
+    /// A model routes a refund to the billing desk.
+    Router,
+    /// A model plans research and writing, then answers.
+    Planner,
+    /// Triage hands a double charge to billing, billing to refunds.
+    Swarm,
+    /// A chief delegates to docs and to an engineering team of two.
+    Hierarchy,
+}
+
+impl From<ScenarioArg> for Scenario {
+    fn from(scenario: ScenarioArg) -> Scenario {
+        match scenario {
+            ScenarioArg::Sequential => Scenario::Sequential,
+            ScenarioArg::Parallel => Scenario::Parallel,
+            ScenarioArg::Router => Scenario::Router,
+            ScenarioArg::Planner => Scenario::Planner,
+            ScenarioArg::Swarm => Scenario::Swarm,
+            ScenarioArg::Hierarchy => Scenario::Hierarchy,
+        }
+    }
+}
+
+/// A demo's failure, as the command line reports it.
+fn failed(error: anyhow::Error) -> CliError {
+    CliError::host("demo.failed", format!("{error:#}"))
+}
+
+/// `baton demo`: opens (or creates) the store and runs the chosen demo on
+/// an engine that shuts down gracefully when the demo ends or is stopped.
+pub async fn run(context: &Context, args: DemoArgs) -> Result<(), CliError> {
+    if args.hold && !args.pause && args.crash_at.is_none() {
+        return Err(CliError::argument("--hold needs --pause or --crash-at"));
+    }
+    let store = context.open_or_create_store()?;
+    let scope = context.scope().clone();
+    let json = context.json();
+    if let (Some(scenario), Some(crash_at)) = (args.scenario, args.crash_at) {
+        let fault = FaultStore::new(store.shared());
+        fault.arm(RecordKind::ChildStarted, Cut::Before, crash_at);
+        let engine = context.engine(Arc::new(fault))?;
+        return context
+            .drive(engine, WaitArgs::default(), "the demo", async |engine| {
+                crashing(engine, &scope, scenario.into(), json, args.hold)
+                    .await
+                    .map_err(failed)
+            })
+            .await;
+    }
+    let engine = context.engine(store.shared())?;
+    context
+        .drive(engine, WaitArgs::default(), "the demo", async |engine| {
+            match (args.scenario, args.pause) {
+                (Some(scenario), _) => scenario_run(engine, &scope, scenario.into(), json).await,
+                (None, true) => pause(context, engine, &scope, json, args.hold).await,
+                (None, false) => example(engine, &scope, json).await,
+            }
+            .map_err(failed)
+        })
+        .await
+}
+
+/// The demos' hooks into recovery: their models are scripted, so the host
+/// knows what each would answer.
+pub struct DemoHooks;
+
+impl HostHooks for DemoHooks {
+    /// Settles a strategy demo's model call that a crash left unknown with
+    /// what its scripted model answers (the model is not called again);
+    /// leaves anything else alone.
+    fn resolve_lost(&self, lost: &LostEffect<'_>) -> Option<Resolution> {
+        lost.tree
+            .root()
+            .program
+            .as_str()
+            .strip_prefix("demo.")
+            .and_then(Scenario::named)?;
+        let call = lost.request?.decode::<baton::agent::ModelCall>().ok()?;
+        let response = baton_examples::strategies::answer(&call.request).ok()?;
+        Some(Resolution {
+            settlement: Settlement::ok(Payload::encode(&response).ok()?),
+            note: "a model call lost in the crash, with the scripted model's answer".to_owned(),
+        })
+    }
+
+    /// A finished strategy demo's result line.
+    fn describe(&self, tree: &TreeView) -> Option<String> {
+        result_line(tree)
+    }
+}
 
 /// Every program the command line may run or take up again.
 pub fn programs() -> Result<Vec<Program>> {
@@ -55,7 +179,7 @@ fn fresh_key(prefix: &str) -> String {
 
 /// `baton demo`: runs the worked example to completion and prints its
 /// output and a summary of the run.
-pub async fn example(engine: &Engine, scope: &Scope, json: bool) -> Result<()> {
+async fn example(engine: &Engine, scope: &Scope, json: bool) -> Result<()> {
     let team = example::team()
         .map_err(|error| anyhow::anyhow!("cannot build the worked example: {error}"))?;
     let id = StartId::new(scope.as_str(), fresh_key("example"))?;
@@ -146,7 +270,13 @@ pub fn pause_team() -> Result<Program<String, String>> {
 
 /// `baton demo --pause`: starts the pause scenario and returns once the team
 /// waits for its instruction, printing how to answer.
-pub async fn pause(engine: &Engine, scope: &Scope, json: bool, hold: bool) -> Result<()> {
+async fn pause(
+    context: &Context,
+    engine: &Engine,
+    scope: &Scope,
+    json: bool,
+    hold: bool,
+) -> Result<()> {
     let team = pause_team()?;
     let id = StartId::new(scope.as_str(), fresh_key("pause"))?;
     let handle = engine
@@ -156,7 +286,7 @@ pub async fn pause(engine: &Engine, scope: &Scope, json: bool, hold: bool) -> Re
         )
         .await?;
     let tree = handle.tree();
-    let view = crate::settle(engine, scope, tree).await?;
+    let view = context.settle(engine, scope, tree).await?;
     if view.status != TreeStatus::Waiting {
         bail!("the pause scenario did not wait (it is {})", view.status);
     }
@@ -218,7 +348,7 @@ fn line(scenario: Scenario, output: &Payload) -> Result<String> {
 
 /// `baton demo <scenario>`: runs a strategy scenario to completion and
 /// prints its result line.
-pub async fn scenario(
+async fn scenario_run(
     engine: &Engine,
     scope: &Scope,
     scenario: Scenario,
@@ -251,7 +381,7 @@ pub async fn scenario(
 /// store that fails, as a crash would, before the N-th commit that starts a
 /// child; reports the stopped tree and leaves it for `baton recover`. With
 /// `hold`, keeps running (holding the tree's lease) until killed.
-pub async fn crashing(
+async fn crashing(
     engine: &Engine,
     scope: &Scope,
     scenario: Scenario,
@@ -302,54 +432,4 @@ pub fn result_line(view: &TreeView) -> Option<String> {
     let scenario = Scenario::named(name)?;
     let output = root.termination.as_ref()?.output()?;
     scenario.line(output).ok()
-}
-
-/// Settles the unknown model calls of a strategy demo's tree with what its
-/// scripted models answer (the model is not called again), and returns
-/// them; any other tree is left alone.
-pub async fn resolve_lost_calls(
-    engine: &Engine,
-    scope: &Scope,
-    view: &TreeView,
-) -> Result<Vec<baton::run::EffectId>> {
-    let demo = view
-        .root()
-        .program
-        .as_str()
-        .strip_prefix("demo.")
-        .and_then(Scenario::named);
-    if demo.is_none() || view.processes.iter().all(|p| p.unknown_effects.is_empty()) {
-        return Ok(Vec::new());
-    }
-    let private = engine
-        .inspect(scope, view.tree, baton::run::Visibility::Private)
-        .await?;
-    let mut resolved = Vec::new();
-    for process in &private.processes {
-        for effect in &process.unknown_effects {
-            let Some(request) = process
-                .effects
-                .iter()
-                .find(|e| e.id == *effect)
-                .and_then(|e| e.request.as_ref())
-            else {
-                continue;
-            };
-            let Ok(call) = request.decode::<baton::agent::ModelCall>() else {
-                continue;
-            };
-            let response = baton_examples::strategies::answer(&call.request)
-                .map_err(|error| anyhow::anyhow!("no scripted answer: {error}"))?;
-            engine
-                .resolve_unknown(
-                    scope,
-                    view.tree,
-                    *effect,
-                    baton::run::Settlement::ok(Payload::encode(&response)?),
-                )
-                .await?;
-            resolved.push(*effect);
-        }
-    }
-    Ok(resolved)
 }
