@@ -659,3 +659,24 @@ fn the_server_and_its_futures_can_move_between_threads() {
     );
     send(&serve);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_store_is_a_503_with_the_store_code() {
+    use baton::run::log::RecordKind;
+    use baton_testkit::{Cut, FaultStore};
+
+    let fault = Arc::new(FaultStore::new(Arc::new(MemoryStore::new())));
+    fault.arm(RecordKind::TreeStarted, Cut::Before, 1);
+    let server = Running::start(config(fault.clone())).await;
+    server
+        .post("/v1/trees", TOKEN_A, PAUSE)
+        .await
+        .assert_problem(503, "engine.store.failed");
+    assert!(fault.crashed());
+    // Every later call fails too, as after a crash: listing included.
+    server
+        .get("/v1/trees", TOKEN_A)
+        .await
+        .assert_problem(503, "engine.store.failed");
+    server.stop().await;
+}
