@@ -64,9 +64,15 @@ pub const ARCHITECTURE: &[(&str, &[&str])] = &[
     ),
     // The examples are an application of the facade, shared as a library.
     ("baton-examples", &["baton"]),
+    // The worker host and its HTTP API are an application of the facade, shared as a library
+    // (the command line's `serve` calls it).
+    ("baton-server", &["baton"]),
     // Applications and workspace scenarios go through the facade (plus the testkit and the
     // shared examples).
-    ("baton-cli", &["baton", "baton-testkit", "baton-examples"]),
+    (
+        "baton-cli",
+        &["baton", "baton-testkit", "baton-examples", "baton-server"],
+    ),
     // A host crate as a user writes one: its programs behind the embedded command line (the
     // library of `baton-cli`, without the demos), and the tests that drive it.
     ("baton-cli-embedded", &["baton", "baton-cli"]),
@@ -78,6 +84,11 @@ pub const ARCHITECTURE: &[(&str, &[&str])] = &[
 
 /// The one crate any workspace crate may add as a dev-dependency beyond its normal edges.
 pub const TESTKIT: &str = "baton-testkit";
+
+/// Dev-dependency edges allowed beyond the normal ones and [`TESTKIT`]: `(crate, crates its
+/// tests may use)`. The worker host's tests drive the shared example programs, which its
+/// library must not know.
+pub const DEV_ONLY: &[(&str, &[&str])] = &[("baton-server", &["baton-examples"])];
 
 /// The attribute that skips a test, built at compile time from pieces so this file does not
 /// contain it and trip its own check.
@@ -357,7 +368,11 @@ pub fn check_edges(members: &[Member]) -> Vec<Violation> {
                         describe(allowed)
                     ),
                 )),
-                DepKind::Dev if !normally_allowed && edge.to != TESTKIT => {
+                DepKind::Dev
+                    if !normally_allowed
+                        && edge.to != TESTKIT
+                        && !dev_only_allowed(&member.name, &edge.to) =>
+                {
                     violations.push(Violation::new(
                         &member.name,
                         "architecture",
@@ -374,6 +389,13 @@ pub fn check_edges(members: &[Member]) -> Vec<Violation> {
         }
     }
     violations
+}
+
+/// Whether [`DEV_ONLY`] lets `from`'s tests use `to`.
+fn dev_only_allowed(from: &str, to: &str) -> bool {
+    DEV_ONLY
+        .iter()
+        .any(|(name, allowed)| *name == from && allowed.contains(&to))
 }
 
 /// Lists allowed crates for a message.

@@ -2,10 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use baton::run::store::{ListFilter, TreeStatus};
+use baton::run::store::{ListCursor, ListFilter, TreeStatus};
 use baton::run::{
-    EffectId, Engine, Name, Payload, ProcessId, RecoverOptions, Scope, Settlement, SignalError,
-    SignalReceipt, StartId, StartRequest, Started, TreeView, Visibility, WaitId,
+    EffectId, Engine, Labels, Name, Payload, ProcessId, RecoverOptions, Scope, Settlement,
+    SignalError, SignalReceipt, StartId, StartRequest, Started, TreeView, Visibility, WaitId,
 };
 use clap::{Subcommand, ValueEnum};
 
@@ -32,6 +32,9 @@ pub enum Command {
         /// tree (default: a random one).
         #[arg(long, value_name = "START_ID")]
         id: Option<String>,
+        /// A label the tree carries (`ps --label` finds it); repeatable.
+        #[arg(long = "label", value_name = "KEY=VALUE")]
+        labels: Vec<String>,
         /// How the command drives the tree.
         #[command(flatten)]
         drive: DriveArgs,
@@ -46,6 +49,16 @@ pub enum Command {
         /// Only trees of this tenant scope (default: every scope).
         #[arg(long = "tenant")]
         tenant: Option<String>,
+        /// Only trees carrying this label; repeatable (every one must match).
+        #[arg(long = "label", value_name = "KEY=VALUE")]
+        labels: Vec<String>,
+        /// At most this many trees; the next page's command is printed on
+        /// stderr.
+        #[arg(long, value_name = "N")]
+        limit: Option<std::num::NonZeroU32>,
+        /// The page after this cursor (printed with the previous page).
+        #[arg(long, value_name = "CURSOR")]
+        after: Option<String>,
     },
     /// Show a tree: processes, statuses, budgets, open waits, unknown effects.
     Inspect {
@@ -126,8 +139,10 @@ pub enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    // `serve` (a long-running worker host with the HTTP API) is added here by
-    // the server crate: a variant carrying its flags, and its arm in `run`.
+    /// Run a worker host: recover the store's unfinished trees, take over
+    /// those of engines that died, and (with --listen) serve the HTTP API,
+    /// until SIGINT or SIGTERM.
+    Serve(crate::serve::ServeArgs),
 }
 
 /// A tree status, as `ps --status` takes it.
@@ -161,8 +176,10 @@ pub async fn run(context: &Context, command: Command) -> Result<(), CliError> {
             program,
             input,
             id,
+            labels,
             drive,
-        } => start(context, &program, &input, id, drive).await,
+        } => start(context, &program, &input, id, &labels, drive).await,
+        Command::Serve(args) => crate::serve::serve(context, args).await,
         Command::Programs => {
             emit(&render::programs(
                 context.registry().programs(),
@@ -170,7 +187,20 @@ pub async fn run(context: &Context, command: Command) -> Result<(), CliError> {
             ));
             Ok(())
         }
-        Command::Ps { status, tenant } => ps(context, status, tenant).await,
+        Command::Ps {
+            status,
+            tenant,
+            labels,
+            limit,
+            after,
+        } => {
+            let page = Page {
+                labels,
+                limit,
+                after,
+            };
+            ps(context, status, tenant, page).await
+        }
         Command::Inspect { id, usage } => {
             let store = context.open_store()?;
             let engine = context.engine(store.shared())?;
@@ -244,9 +274,12 @@ async fn start(
     program: &str,
     input: &str,
     id: Option<String>,
+    labels: &[String],
     drive: DriveArgs,
 ) -> Result<(), CliError> {
     let bin = context.bin();
+    let labels = Labels::parse_pairs(labels)
+        .map_err(|error| CliError::argument(format!("invalid --label: {error}")))?;
     let name = Name::new(program).map_err(|error| {
         CliError::argument(format!("{program:?} is not a program name: {error}"))
     })?;
@@ -264,7 +297,13 @@ async fn start(
     let view = context
         .drive(engine, drive.wait, format!("tree {tree}"), async |engine| {
             let started = engine
-                .start_named(&name, StartRequest::new(id, input))
+                .start_named(
+                    &name,
+                    StartRequest {
+                        labels,
+                        ..StartRequest::new(id, input)
+                    },
+                )
                 .await
                 .map_err(|error| error.explain(bin))?;
             if matches!(started, Started::Existing(_)) && !context.json() {
@@ -311,11 +350,27 @@ fn print_outcome(context: &Context, view: &TreeView, drive: DriveArgs) {
     emit(&render::outcome(view, context.json(), context.bin()));
 }
 
+/// `ps`'s label filter and page bounds.
+struct Page {
+    labels: Vec<String>,
+    limit: Option<std::num::NonZeroU32>,
+    after: Option<String>,
+}
+
 async fn ps(
     context: &Context,
     status: Option<StatusFilter>,
     tenant: Option<String>,
+    page: Page,
 ) -> Result<(), CliError> {
+    let labels = Labels::parse_pairs(&page.labels)
+        .map_err(|error| CliError::argument(format!("invalid --label: {error}")))?;
+    let after = page
+        .after
+        .as_deref()
+        .map(str::parse::<ListCursor>)
+        .transpose()
+        .map_err(|error| CliError::argument(format!("invalid --after: {error}")))?;
     let store = context.open_store()?;
     let filter = ListFilter {
         status: status.map(TreeStatus::from),
@@ -325,7 +380,9 @@ async fn ps(
                     .map_err(|error| CliError::argument(format!("invalid --tenant: {error}")))
             })
             .transpose()?,
-        ..ListFilter::default()
+        labels,
+        limit: page.limit,
+        after,
     };
     let listing = store
         .shared()
@@ -339,6 +396,12 @@ async fn ps(
         );
     }
     emit(&render::ps(&listing.trees, context.json()));
+    if let Some(next) = listing.next {
+        eprintln!(
+            "more trees follow: `{} ps --after {next}` (with the same filters) lists the next page",
+            context.bin()
+        );
+    }
     Ok(())
 }
 

@@ -58,7 +58,8 @@ impl Interrupt {
     /// Resolves when a signal arrived (at once if one already did).
     pub async fn received(&self) -> Stop {
         let mut received = self.received.clone();
-        match received.wait_for(Option::is_some).await {
+        let stop = received.wait_for(Option::is_some).await.map(|stop| *stop);
+        match stop {
             Ok(stop) => stop.unwrap_or(Stop::Interrupt),
             // The listener ended (no signals on this platform): never.
             Err(_) => std::future::pending().await,

@@ -62,6 +62,7 @@ mod error;
 mod interrupt;
 mod registry;
 mod render;
+mod serve;
 mod store;
 mod time;
 
@@ -75,6 +76,7 @@ pub use error::{CliError, Stop};
 pub use registry::{
     DEFAULT_SCOPE, HostHooks, LostEffect, Registry, RegistryBuilder, RegistryError, Resolution,
 };
+pub use serve::ServeArgs;
 pub use store::CliStore;
 
 /// Writes `text` on stdout; a closed pipe or a full disk is not the

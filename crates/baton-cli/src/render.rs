@@ -35,17 +35,31 @@ fn table(header: &[&str], right: &[usize], rows: Vec<Vec<String>>) -> String {
         .collect()
 }
 
+/// A digest shortened for a table: `b3:` and its first 12 hex digits.
+fn short_digest(digest: &str) -> String {
+    digest.chars().take(15).collect()
+}
+
 /// `ps`.
 pub fn ps(trees: &[TreeMeta], as_json: bool) -> String {
     if as_json {
         return lines(trees.iter().map(|meta| {
-            json!({
+            let mut row = json!({
                 "tree": meta.tree.to_string(),
                 "scope": meta.scope.to_string(),
                 "status": meta.status.as_str(),
                 "updated": time::rfc3339(meta.updated),
                 "updated_ms": meta.updated.millis(),
-            })
+                "labels": &meta.labels,
+            });
+            if let Some(program) = &meta.program {
+                row["program"] = json!(program.name.to_string());
+                row["version"] = json!(program.digest.to_string());
+            }
+            if let Some(created) = meta.created {
+                row["created"] = json!(time::rfc3339(created));
+            }
+            row
         }));
     }
     if trees.is_empty() {
@@ -57,12 +71,20 @@ pub fn ps(trees: &[TreeMeta], as_json: bool) -> String {
             vec![
                 meta.tree.to_string(),
                 meta.scope.to_string(),
+                meta.program
+                    .as_ref()
+                    .map_or_else(|| "?".to_owned(), |program| program.name.to_string()),
                 meta.status.as_str().to_owned(),
                 time::when(meta.updated),
+                meta.labels.to_string(),
             ]
         })
         .collect();
-    table(&["TREE", "SCOPE", "STATUS", "UPDATED"], &[], rows)
+    table(
+        &["TREE", "SCOPE", "PROGRAM", "STATUS", "UPDATED", "LABELS"],
+        &[],
+        rows,
+    )
 }
 
 /// `inspect --usage`: what each process used, itself and with its
@@ -214,6 +236,19 @@ pub fn tree(view: &TreeView, as_json: bool, bin: &str) -> String {
         "tree {}  scope {}  status {}  log {} records\n",
         view.tree, view.scope, view.status, view.head_seq
     );
+    let _ = write!(
+        out,
+        "program {} (version {})",
+        view.program.name,
+        short_digest(&view.program.digest.to_string())
+    );
+    if let Some(created) = view.created {
+        let _ = write!(out, "  started {}", time::when(created));
+    }
+    if !view.labels.is_empty() {
+        let _ = write!(out, "  labels {}", view.labels);
+    }
+    out.push('\n');
     render_process(view, view.root(), 0, bin, &mut out);
     out
 }

@@ -66,6 +66,25 @@ impl CliStore {
         }
     }
 
+    /// What wakes a worker host's takeover loop early: a PostgreSQL
+    /// store's change notices (`LISTEN`); a SQLite file has none, so the
+    /// loop scans on its schedule.
+    pub(crate) async fn wake(&self) -> Option<baton_server::WakeSource> {
+        match self {
+            CliStore::Sqlite(_) => None,
+            #[cfg(feature = "postgres")]
+            CliStore::Postgres(store) => match store.listen().await {
+                Ok(listener) => Some(baton_server::WakeSource::stream(listener.into_stream())),
+                Err(error) => {
+                    eprintln!(
+                        "warning: no change notices from the database ({error}); takeovers wait for the next scan"
+                    );
+                    None
+                }
+            },
+        }
+    }
+
     /// Every stored record of `tree` (those after the snapshot when the
     /// store compacts).
     pub async fn records(&self, tree: TreeId) -> Result<Vec<Record>, StoreError> {

@@ -188,18 +188,35 @@ fn inspect_and_ps_output_is_stable() {
     let ps = dir.ok(&["ps"]);
     let lines: Vec<&str> = ps.lines().collect();
     assert_eq!(lines.len(), 2, "{ps}");
-    assert_eq!(
-        lines[0],
-        format!("{:<36}SCOPE  STATUS   UPDATED", "TREE"),
+    // (The UPDATED column is as wide as its date and age, so only its
+    // start is fixed.)
+    assert!(
+        lines[0].starts_with(&format!(
+            "{:<36}SCOPE  PROGRAM     STATUS   UPDATED ",
+            "TREE"
+        )),
         "{ps}"
     );
+    assert!(lines[0].ends_with(" LABELS"), "{ps}");
     let row = redact(lines[1]);
-    assert!(row.starts_with("p_…  demo   waiting  20"), "{row}");
+    assert!(
+        row.starts_with("p_…  demo   demo.pause  waiting  20"),
+        "{row}"
+    );
     assert!(
         row.ends_with(" UTC, just now") || row.ends_with("s ago"),
         "{row}"
     );
     let inspect = redact(&dir.ok(&["inspect", tree]));
+    // The second line names the root program's exact version and when the
+    // tree started.
+    let mut inspect_lines: Vec<&str> = inspect.lines().collect();
+    let program = inspect_lines.remove(1);
+    assert!(
+        program.starts_with("program demo.pause (version b3:") && program.contains("  started 20"),
+        "{program}"
+    );
+    let inspect = format!("{}\n", inspect_lines.join("\n"));
     let expected = "\
 tree p_…  scope demo  status waiting  log 9 records
 (root) demo.pause p_… [waiting]  steps 2, effects 4, signals 4
@@ -387,5 +404,160 @@ fn recover_finishes_a_strategy_demo_killed_mid_run() {
     assert_eq!(
         dir.ok(&["recover"]),
         "nothing to recover: every tree in the store has finished\n"
+    );
+}
+
+/// A `baton serve` process and the address it serves on.
+struct Serving {
+    child: std::process::Child,
+    base: String,
+    stderr: std::sync::mpsc::Receiver<String>,
+}
+
+impl Serving {
+    fn start(dir: &Dir) -> Serving {
+        std::fs::write(
+            dir.dir.path().join("tokens.txt"),
+            "# scope token\ndemo 0123456789abcdef0123\n",
+        )
+        .expect("writes the tokens file");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_baton"))
+            .current_dir(dir.dir.path())
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--tokens",
+                "tokens.txt",
+                "--grace",
+                "5s",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("serve starts");
+        let (lines, stderr) = std::sync::mpsc::channel();
+        let pipe = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut base = None;
+        for line in stderr.iter() {
+            if let Some(rest) = line.strip_prefix("serving the HTTP API on ") {
+                base = rest.split_whitespace().next().map(str::to_owned);
+            }
+            if line.starts_with("ready:") {
+                break;
+            }
+        }
+        Serving {
+            child,
+            base: base.expect("serve printed its address"),
+            stderr,
+        }
+    }
+}
+
+#[test]
+fn serve_runs_the_http_api_for_the_pause_flow_and_stops_cleanly_on_sigint() {
+    let dir = Dir::new();
+    let mut serving = Serving::start(&dir);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let client = reqwest::Client::new();
+    let call = |method: reqwest::Method, path: String, body: Option<&'static str>| {
+        let request = client
+            .request(method, format!("{}{path}", serving.base))
+            .bearer_auth("0123456789abcdef0123");
+        let request = match body {
+            Some(body) => request
+                .header("content-type", "application/json")
+                .body(body),
+            None => request,
+        };
+        runtime.block_on(async {
+            let response = request.send().await.expect("the host answers");
+            let status = response.status().as_u16();
+            let text = response.text().await.expect("a body");
+            (status, text)
+        })
+    };
+    let (status, text) = call(
+        reqwest::Method::POST,
+        "/v1/trees?until=wait_opened&timeout_ms=20000".to_owned(),
+        Some(
+            r#"{"program":"demo.pause","id":"served","input":"release 2.0","labels":{"team":"ops"}}"#,
+        ),
+    );
+    assert_eq!(status, 201, "{text}");
+    let started: Value = serde_json::from_str(&text).expect("json");
+    let tree = started["tree"].as_str().expect("tree").to_owned();
+    let wait = started["view"]["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find_map(|process| process["open_waits"][0]["id"].as_str())
+        .expect("an open wait")
+        .to_owned();
+    // Another process reads the same store while the host holds the tree.
+    let labelled = dir.json_lines(&["ps", "--label", "team=ops", "--json"]);
+    assert_eq!(labelled.len(), 1);
+    assert_eq!(labelled[0]["tree"], tree.as_str());
+    assert_eq!(labelled[0]["program"], "demo.pause");
+    assert!(
+        dir.json_lines(&["ps", "--label", "team=dev", "--json"])
+            .is_empty()
+    );
+
+    let (status, text) = call(
+        reqwest::Method::POST,
+        format!("/v1/trees/{tree}/waits/{wait}?until=terminal&timeout_ms=20000"),
+        Some(r#""ship it""#),
+    );
+    assert_eq!(status, 200, "{text}");
+    let answered: Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(answered["view"]["status"], "done", "{text}");
+
+    // `watch` in another process and the host's event stream show the same
+    // committed facts.
+    let watched: Vec<u64> = dir
+        .json_lines(&["watch", &tree, "--json"])
+        .iter()
+        .filter(|event| event["durable"] == true)
+        .map(|event| event["seq"].as_u64().expect("seq"))
+        .collect();
+    let (status, stream) = call(
+        reqwest::Method::GET,
+        format!("/v1/trees/{tree}/events"),
+        None,
+    );
+    assert_eq!(status, 200);
+    let streamed: Vec<u64> = stream
+        .lines()
+        .filter_map(|line| line.strip_prefix("id: "))
+        .map(|id| id.parse().expect("a sequence"))
+        .collect();
+    assert_eq!(watched, streamed);
+    assert_eq!(
+        watched,
+        (1..=answered["view"]["head_seq"].as_u64().expect("head")).collect::<Vec<_>>()
+    );
+
+    let status = Command::new("kill")
+        .args(["-INT", &serving.child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let exited = serving.child.wait().expect("serve exits");
+    assert!(exited.success(), "{exited:?}");
+    let rest: Vec<String> = serving.stderr.iter().collect();
+    assert!(
+        rest.iter().any(|line| line.starts_with("stopped:")),
+        "{rest:?}"
     );
 }

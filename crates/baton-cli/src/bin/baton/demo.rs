@@ -6,14 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
-use baton::coordination::{Answer, InputGate};
 use baton::run::log::RecordKind;
 use baton::run::store::TreeStatus;
 use baton::run::{
-    Engine, Failure, Payload, ProcessView, Program, Quota, Scope, Settlement, StartId,
-    StartRequest, TreeLimits, TreeView,
+    Engine, Payload, ProcessView, Program, Scope, Settlement, StartId, StartRequest, TreeLimits,
+    TreeView,
 };
-use baton::team::{Binding, Config, Decision, Mode, Policy, PolicyConfig, TaskRequest, Turn};
 use baton_cli::{CliError, Context, HostHooks, LostEffect, Resolution, WaitArgs};
 use baton_testkit::{Cut, FaultStore};
 use clap::{Args, ValueEnum};
@@ -27,7 +25,7 @@ use baton_examples::team_review as example;
 pub const SCOPE: &str = "demo";
 
 /// The question the pause scenario asks.
-pub const QUESTION: &str = "What should the team deploy?";
+pub use baton_examples::pause::QUESTION;
 
 /// `baton demo`'s flags.
 #[derive(Debug, Args)]
@@ -262,67 +260,12 @@ fn summary(view: &TreeView, output: &str, json: bool) -> String {
     )
 }
 
-/// The pause scenario's team: a scripted coordinator asks an input gate for
-/// an instruction, waits for it, and completes with the answer.
+/// The pause scenario's team (`baton_examples::pause`): a scripted
+/// coordinator asks an input gate for an instruction, waits for it, and
+/// completes with the answer.
 pub fn pause_team() -> Result<Program<String, String>> {
-    let gate =
-        InputGate::typed::<String, String>("demo.instruction", "Ask a person for an instruction.")?;
-    let coordinator = Policy::new(PolicyConfig {
-        name: "demo.pause_coordinator".into(),
-        description: "Ask for an instruction, wait for it, act on it.".into(),
-        build: "baton-cli demo pause 1".into(),
-        settings: Payload::null(),
-        decide: std::sync::Arc::new(decide_pause),
-    })?;
-    let budget = baton::run::Budget::unlimited()
-        .with_steps(64)
-        .with_effects(32)
-        .with_signals(64);
-    Ok(baton::team::compile::<String, String>(Config {
-        name: "demo.pause".into(),
-        description: "A team that waits for a human instruction.".into(),
-        coordinator: Binding::new(&coordinator.program()).with_budget(budget.clone()),
-        workers: vec![Binding::new(&gate.program::<String>()).with_budget(budget)],
-        max_turns: Quota::Finite(3),
-        max_tasks: Quota::Finite(1),
-        max_concurrent_tasks: 1,
-        max_controls_per_turn: 1,
-        stall_turns: baton::team::DEFAULT_STALL_TURNS,
-    })?)
-}
-
-fn decide_pause(turn: &Turn) -> Result<Decision, Failure> {
-    let fail = |message: String| Failure::contract("demo.pause.unexpected", message);
-    match turn.number {
-        1 => {
-            let key = baton::run::ChildKey::new("instruction").map_err(|e| fail(e.to_string()))?;
-            let worker =
-                baton::run::Name::new("demo.instruction").map_err(|e| fail(e.to_string()))?;
-            let question = Payload::encode(&QUESTION).map_err(|e| fail(e.to_string()))?;
-            Ok(Decision::new(Mode::Wait, turn.state.clone())
-                .with_task(TaskRequest::new(key, worker, question)))
-        }
-        2 => {
-            let task = turn
-                .task("instruction")
-                .ok_or_else(|| fail("the instruction task is missing".into()))?;
-            let output = task
-                .output()
-                .ok_or_else(|| fail("the instruction was not answered".into()))?;
-            let answer: Answer = output.decode().map_err(|e| fail(e.to_string()))?;
-            let instruction: String = answer.payload.decode().map_err(|e| fail(e.to_string()))?;
-            let task_text: String = turn.state.decode().map_err(|e| fail(e.to_string()))?;
-            let done = format!(
-                "{task_text}: done as instructed ({instruction}), answer {}",
-                answer.id
-            );
-            Ok(Decision::complete(
-                turn.state.clone(),
-                Payload::encode(&done).map_err(|e| fail(e.to_string()))?,
-            ))
-        }
-        other => Err(fail(format!("unexpected turn {other}"))),
-    }
+    baton_examples::pause::team()
+        .map_err(|error| anyhow::anyhow!("cannot build the pause scenario: {error}"))
 }
 
 /// `baton demo --pause`: starts the pause scenario and returns once the team
@@ -337,7 +280,10 @@ async fn pause(
     let team = pause_team()?;
     let id = StartId::new(scope.as_str(), fresh_key("pause"))?;
     let handle = engine
-        .start(&team, StartRequest::new(id, "release 1.4".to_owned()))
+        .start(
+            &team,
+            StartRequest::new(id, baton_examples::pause::TASK.to_owned()),
+        )
         .await?;
     let tree = handle.tree();
     let view = context.settle(engine, scope, tree).await?;
