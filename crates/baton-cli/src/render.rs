@@ -74,6 +74,10 @@ pub fn ps(trees: &[TreeMeta], as_json: bool) -> String {
                 meta.program
                     .as_ref()
                     .map_or_else(|| "?".to_owned(), |program| program.name.to_string()),
+                meta.program.as_ref().map_or_else(
+                    || "?".to_owned(),
+                    |program| short_digest(&program.digest.to_string()),
+                ),
                 meta.status.as_str().to_owned(),
                 time::when(meta.updated),
                 meta.labels.to_string(),
@@ -81,7 +85,9 @@ pub fn ps(trees: &[TreeMeta], as_json: bool) -> String {
         })
         .collect();
     table(
-        &["TREE", "SCOPE", "PROGRAM", "STATUS", "UPDATED", "LABELS"],
+        &[
+            "TREE", "SCOPE", "PROGRAM", "VERSION", "STATUS", "UPDATED", "LABELS",
+        ],
         &[],
         rows,
     )

@@ -701,7 +701,10 @@ impl Actor {
             prev = record.hash;
             records.push(record);
         }
-        let meta = self.state.meta(self.engine.clock.now());
+        // One pass over the processes gives the listing status and what
+        // hosts awaiting a condition read once the commit is published.
+        let (status, reached) = self.state.summary(seq);
+        let meta = self.state.meta_with(self.engine.clock.now(), status);
         let pace = &mut self.owner.snapshots;
         pace.records += bodies.len() as u64;
         pace.bytes += written;
@@ -731,7 +734,7 @@ impl Actor {
         self.owner.head_seq = seq;
         self.owner.head = prev;
         self.state.history_bytes += written;
-        self.publish(first, &bodies);
+        self.publish(first, &bodies, reached);
         // Keep the buffer: records are large, and growing a fresh one
         // for every commit reallocates and moves them several times.
         if self.staged.is_empty() {
@@ -764,7 +767,7 @@ impl Actor {
     }
 
     /// Emits committed events and publishes new terminations and drains to handles.
-    fn publish(&self, first: u64, bodies: &[RecordBody]) {
+    fn publish(&self, first: u64, bodies: &[RecordBody], reached: super::shared::Reached) {
         let mut terminated = Vec::new();
         for (offset, body) in bodies.iter().enumerate() {
             let seq = first + offset as u64;
@@ -791,7 +794,6 @@ impl Actor {
                 terminated.push((process, termination.clone()));
             }
         }
-        let reached = self.state.reached(first + bodies.len() as u64 - 1);
         if terminated.is_empty() {
             self.owner.outcome.modify(|o| o.reached = reached);
             return;

@@ -541,17 +541,35 @@ impl TreeState {
 
     /// Where the state stands for hosts awaiting a condition, at `head_seq`.
     pub(crate) fn reached(&self, head_seq: u64) -> crate::engine::shared::Reached {
-        let live = self.processes.values().filter(|p| p.termination.is_none());
-        let (mut quiescent, mut wait_open) = (true, false);
-        for process in live {
-            quiescent &= process.status != Status::Running;
+        self.summary(head_seq).1
+    }
+
+    /// The listing status ([`TreeState::tree_status`]) and where the state
+    /// stands for hosts awaiting a condition, in one pass over the processes
+    /// (a commit needs both).
+    pub(crate) fn summary(&self, head_seq: u64) -> (TreeStatus, crate::engine::shared::Reached) {
+        let done = self.root_termination().is_some();
+        let (mut running, mut parked, mut wait_open) = (false, false, false);
+        for process in self.processes.values().filter(|p| p.termination.is_none()) {
+            match process.status {
+                Status::Parked => parked = true,
+                Status::Running => running = true,
+                _ => {}
+            }
             wait_open |= !process.waits.is_empty();
         }
-        crate::engine::shared::Reached {
+        let status = match () {
+            () if done => TreeStatus::Done,
+            () if parked => TreeStatus::NeedsAttention,
+            () if running => TreeStatus::Running,
+            () => TreeStatus::Waiting,
+        };
+        let reached = crate::engine::shared::Reached {
             head_seq,
-            quiescent,
+            quiescent: !running,
             wait_open,
-        }
+        };
+        (status, reached)
     }
 
     /// The processes not yet terminated, in id order.
@@ -599,10 +617,15 @@ impl TreeState {
 
     /// What a store lists this tree under after an append at `updated`.
     pub fn meta(&self, updated: Timestamp) -> TreeMeta {
+        self.meta_with(updated, self.tree_status())
+    }
+
+    /// [`TreeState::meta`] with the status already worked out.
+    pub(crate) fn meta_with(&self, updated: Timestamp, status: TreeStatus) -> TreeMeta {
         TreeMeta {
             tree: self.root,
             scope: self.start.scope.clone(),
-            status: self.tree_status(),
+            status,
             updated,
             program: self.processes.get(&self.root).map(|root| ProgramVersion {
                 name: root.program.name.clone(),
@@ -615,19 +638,7 @@ impl TreeState {
 
     /// The status a store lists this tree under.
     pub fn tree_status(&self) -> TreeStatus {
-        if self.root_termination().is_some() {
-            return TreeStatus::Done;
-        }
-        let live = self.processes.values().filter(|p| p.termination.is_none());
-        let mut status = TreeStatus::Waiting;
-        for process in live {
-            match process.status {
-                Status::Parked => return TreeStatus::NeedsAttention,
-                Status::Running => status = TreeStatus::Running,
-                _ => {}
-            }
-        }
-        status
+        self.summary(0).0
     }
 
     /// Applies one record.
