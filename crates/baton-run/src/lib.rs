@@ -56,6 +56,7 @@ pub mod log;
 mod payload;
 mod pieces;
 mod protocol;
+mod rows;
 mod storage;
 
 pub use budget::{Budget, Capabilities, Dimension, Meters, Quota, TreeLimits, Usage};
@@ -121,6 +122,7 @@ pub mod dispatch {
 /// use [`Store::list`](crate::store::Store::list) to list trees.
 pub mod store {
     pub use crate::pieces::split_pieces;
+    pub use crate::rows::{StoredMeta, stored_digest, stored_status, stored_uint};
     pub use crate::storage::{
         AcquireRequest, Acquired, Append, AppendOutcome, CursorError, ErrorSource, Lease,
         ListCursor, ListFilter, Listing, Store, StoreError, TreeLoad, TreeMeta, TreeStatus,

@@ -12,9 +12,7 @@ use deadpool_postgres::GenericClient;
 
 use crate::chunk::{self, DIGEST_LEN};
 use crate::error::storage;
-use crate::rows::{
-    MetaColumns, column, corrupt, digest, meta_of, parse_kind, query, query_opt, uint,
-};
+use crate::rows::{column, corrupt, digest, parse_kind, query, query_opt, read_meta, uint};
 
 type Piece = [u8; DIGEST_LEN];
 
@@ -174,7 +172,7 @@ pub(crate) async fn load(
         return Ok(TreeLoad::default());
     };
     let key: i64 = column(&row, 0)?;
-    let meta = meta_of(tree, MetaColumns::read(&row, 3)?)?;
+    let meta = read_meta(&row, 3)?.decode(tree)?;
     let recorded_head = match &meta {
         Some(_) => Some((
             uint(column(&row, 1)?)?,
@@ -351,7 +349,7 @@ pub(crate) async fn list(
         };
         let tree: Result<TreeId, _> = id.parse();
         let meta = match &tree {
-            Ok(tree) => MetaColumns::read(&row, 1).and_then(|columns| meta_of(*tree, columns)),
+            Ok(tree) => read_meta(&row, 1).and_then(|columns| columns.decode(*tree)),
             Err(error) => Err(corrupt(format!("tree id {id:?}: {error}"))),
         };
         let meta = meta.and_then(|meta| {

@@ -3,8 +3,9 @@
 //! decodes or is a `Corrupt` store error; none panics.
 
 use baton_run::log::RecordKind;
-use baton_run::store::{StoreError, TreeMeta, TreeStatus};
-use baton_run::{Digest, Labels, Name, ProgramVersion, Scope, Timestamp, TreeId};
+use baton_run::store::StoreError;
+pub(crate) use baton_run::store::{StoredMeta, stored_digest as digest, stored_uint as uint};
+
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 use tokio_postgres::types::{FromSql, ToSql};
@@ -53,29 +54,6 @@ pub(crate) fn int(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-pub(crate) fn uint(value: i64) -> Result<u64, StoreError> {
-    u64::try_from(value).map_err(|_| corrupt(format!("negative stored integer {value}")))
-}
-
-pub(crate) fn digest(bytes: &[u8]) -> Result<Digest, StoreError> {
-    let array: [u8; 32] = bytes
-        .try_into()
-        .map_err(|_| corrupt(format!("stored digest of {} bytes", bytes.len())))?;
-    Ok(Digest::from_bytes(array))
-}
-
-pub(crate) fn parse_status(text: &str) -> Result<TreeStatus, StoreError> {
-    [
-        TreeStatus::Running,
-        TreeStatus::Waiting,
-        TreeStatus::NeedsAttention,
-        TreeStatus::Done,
-    ]
-    .into_iter()
-    .find(|status| status.as_str() == text)
-    .ok_or_else(|| corrupt(format!("unknown tree status {text:?}")))
-}
-
 pub(crate) fn parse_kind(text: &str) -> Result<RecordKind, StoreError> {
     RecordKind::ALL
         .into_iter()
@@ -92,68 +70,18 @@ pub(crate) fn column<'a, T: FromSql<'a>>(row: &'a Row, index: usize) -> Result<T
     })
 }
 
-/// The listing columns of a tree row, as stored.
-#[derive(Default)]
-pub(crate) struct MetaColumns {
-    pub scope: Option<String>,
-    pub status: Option<String>,
-    pub updated: Option<i64>,
-    pub program_name: Option<String>,
-    pub program_digest: Option<Vec<u8>>,
-    pub created: Option<i64>,
-    pub labels: Option<String>,
-}
-
-impl MetaColumns {
-    /// Reads the listing columns of `row` starting at column `at`: `scope,
-    /// status, updated, program_name, program_digest, created, labels::text`.
-    pub(crate) fn read(row: &Row, at: usize) -> Result<MetaColumns, StoreError> {
-        Ok(MetaColumns {
-            scope: column(row, at)?,
-            status: column(row, at + 1)?,
-            updated: column(row, at + 2)?,
-            program_name: column(row, at + 3)?,
-            program_digest: column(row, at + 4)?,
-            created: column(row, at + 5)?,
-            labels: column(row, at + 6)?,
-        })
-    }
-}
-
-/// Listing metadata from a tree row's columns; `None` before the first
-/// append.
-pub(crate) fn meta_of(tree: TreeId, columns: MetaColumns) -> Result<Option<TreeMeta>, StoreError> {
-    let (Some(scope), Some(status), Some(updated)) =
-        (columns.scope, columns.status, columns.updated)
-    else {
-        return Ok(None);
-    };
-    let program = match (columns.program_name, columns.program_digest) {
-        (Some(name), Some(bytes)) => Some(ProgramVersion {
-            name: Name::new(&name).map_err(|error| corrupt(error.to_string()))?,
-            digest: digest(&bytes)?,
-        }),
-        (None, None) => None,
-        _ => {
-            return Err(corrupt(format!(
-                "tree {tree}: its program columns are partly missing"
-            )));
-        }
-    };
-    let labels = match columns.labels {
-        Some(text) => Labels::from_json(&text)
-            .map_err(|error| corrupt(format!("tree {tree}: stored labels: {error}")))?,
-        None => Labels::new(),
-    };
-    Ok(Some(TreeMeta {
-        tree,
-        scope: Scope::new(&scope).map_err(|error| corrupt(error.to_string()))?,
-        status: parse_status(&status)?,
-        updated: Timestamp(uint(updated)?),
-        program,
-        labels,
-        created: columns.created.map(uint).transpose()?.map(Timestamp),
-    }))
+/// Reads the listing columns of `row` starting at column `at`: `scope,
+/// status, updated, program_name, program_digest, created, labels::text`.
+pub(crate) fn read_meta(row: &Row, at: usize) -> Result<StoredMeta, StoreError> {
+    Ok(StoredMeta {
+        scope: column(row, at)?,
+        status: column(row, at + 1)?,
+        updated: column(row, at + 2)?,
+        program_name: column(row, at + 3)?,
+        program_digest: column(row, at + 4)?,
+        created: column(row, at + 5)?,
+        labels: column(row, at + 6)?,
+    })
 }
 
 /// Fuzzing the decoders of stored fields (see `baton_testkit::fuzz`):
@@ -180,7 +108,7 @@ mod fuzz {
             if let Err(error) = digest(&bytes) {
                 prop_assert!(refused(&error), "{error}");
             }
-            if let Err(error) = parse_status(&text) {
+            if let Err(error) = baton_run::store::stored_status(&text) {
                 prop_assert!(refused(&error), "{error}");
             }
             if let Err(error) = parse_kind(&text) {
@@ -192,8 +120,8 @@ mod fuzz {
             if let Some(digests) = crate::chunk::read_manifest(&bytes) {
                 prop_assert_eq!(crate::chunk::manifest(&digests), bytes.clone());
             }
-            if let Ok(tree) = text.parse::<TreeId>()
-                && let Err(error) = meta_of(tree, MetaColumns {
+            if let Ok(tree) = text.parse::<baton_run::TreeId>()
+                && let Err(error) = (StoredMeta {
                     scope: Some(text.clone()),
                     status: Some(text.clone()),
                     updated: Some(number),
@@ -202,6 +130,7 @@ mod fuzz {
                     created: Some(number),
                     labels: Some(text.clone()),
                 })
+                .decode(tree)
             {
                 prop_assert!(refused(&error), "{error}");
             }

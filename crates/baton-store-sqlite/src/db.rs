@@ -7,9 +7,10 @@ use std::sync::Arc;
 use baton_run::log::{Record, RecordKind, Snapshot};
 use baton_run::store::{
     AcquireRequest, Acquired, Append, AppendOutcome, Lease, ListCursor, ListFilter, Listing,
-    StoreError, TreeLoad, TreeMeta, TreeStatus, UnreadableRow,
+    StoreError, TreeLoad, TreeStatus, UnreadableRow,
 };
-use baton_run::{Digest, Labels, Name, ProgramVersion, Scope, Timestamp, TreeId};
+use baton_run::store::{StoredMeta, stored_digest as digest, stored_uint as uint};
+use baton_run::{Digest, Timestamp, TreeId};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use crate::chunk;
@@ -45,29 +46,6 @@ fn corrupt(what: impl Into<String>) -> StoreError {
 /// milliseconds, or that many tokens) are stored as `i64::MAX`.
 fn int(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-fn uint(value: i64) -> Result<u64, StoreError> {
-    u64::try_from(value).map_err(|_| corrupt(format!("negative stored integer {value}")))
-}
-
-fn digest(bytes: &[u8]) -> Result<Digest, StoreError> {
-    let array: [u8; 32] = bytes
-        .try_into()
-        .map_err(|_| corrupt(format!("stored digest of {} bytes", bytes.len())))?;
-    Ok(Digest::from_bytes(array))
-}
-
-fn parse_status(text: &str) -> Result<TreeStatus, StoreError> {
-    [
-        TreeStatus::Running,
-        TreeStatus::Waiting,
-        TreeStatus::NeedsAttention,
-        TreeStatus::Done,
-    ]
-    .into_iter()
-    .find(|status| status.as_str() == text)
-    .ok_or_else(|| corrupt(format!("unknown tree status {text:?}")))
 }
 
 fn parse_kind(text: &str) -> Result<RecordKind, StoreError> {
@@ -216,67 +194,20 @@ fn manifest_ids(manifest: Option<Vec<u8>>, into: &mut BTreeSet<i64>) -> Result<(
     Ok(())
 }
 
-/// The listing columns of a tree row, as stored.
-pub(crate) struct MetaColumns {
-    scope: Option<String>,
-    status: Option<String>,
-    updated: Option<i64>,
-    program_name: Option<String>,
-    program_digest: Option<Vec<u8>>,
-    created: Option<i64>,
-    labels: Option<String>,
-}
-
-/// The listing columns, in [`MetaColumns`] order, for a `SELECT`.
+/// The listing columns, in [`StoredMeta`] order, for a `SELECT`.
 const META_COLUMNS: &str = "scope, status, updated, program_name, program_digest, created, labels";
 
-impl MetaColumns {
-    /// Reads the listing columns starting at column `at`.
-    fn read(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<MetaColumns> {
-        Ok(MetaColumns {
-            scope: row.get(at)?,
-            status: row.get(at + 1)?,
-            updated: row.get(at + 2)?,
-            program_name: row.get(at + 3)?,
-            program_digest: row.get(at + 4)?,
-            created: row.get(at + 5)?,
-            labels: row.get(at + 6)?,
-        })
-    }
-}
-
-fn meta_of(tree: TreeId, columns: MetaColumns) -> Result<Option<TreeMeta>, StoreError> {
-    let (Some(scope), Some(status), Some(updated)) =
-        (columns.scope, columns.status, columns.updated)
-    else {
-        return Ok(None);
-    };
-    let program = match (columns.program_name, columns.program_digest) {
-        (Some(name), Some(bytes)) => Some(ProgramVersion {
-            name: Name::new(&name).map_err(|error| corrupt(error.to_string()))?,
-            digest: digest(&bytes)?,
-        }),
-        (None, None) => None,
-        _ => {
-            return Err(corrupt(format!(
-                "tree {tree}: its program columns are partly missing"
-            )));
-        }
-    };
-    let labels = match columns.labels {
-        Some(text) => Labels::from_json(&text)
-            .map_err(|error| corrupt(format!("tree {tree}: stored labels: {error}")))?,
-        None => Labels::new(),
-    };
-    Ok(Some(TreeMeta {
-        tree,
-        scope: Scope::new(&scope).map_err(|error| corrupt(error.to_string()))?,
-        status: parse_status(&status)?,
-        updated: Timestamp(uint(updated)?),
-        program,
-        labels,
-        created: columns.created.map(uint).transpose()?.map(Timestamp),
-    }))
+/// Reads the listing columns starting at column `at`.
+fn read_meta(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<StoredMeta> {
+    Ok(StoredMeta {
+        scope: row.get(at)?,
+        status: row.get(at + 1)?,
+        updated: row.get(at + 2)?,
+        program_name: row.get(at + 3)?,
+        program_digest: row.get(at + 4)?,
+        created: row.get(at + 5)?,
+        labels: row.get(at + 6)?,
+    })
 }
 
 /// Reads a tree: metadata, the head its row records, its latest snapshot
@@ -292,7 +223,7 @@ pub(crate) fn load(conn: &Connection, tree: TreeId, whole: bool) -> Result<TreeL
                 row.get::<_, i64>(0)?,
                 row.get::<_, i64>(1)?,
                 row.get::<_, Vec<u8>>(2)?,
-                MetaColumns::read(row, 3)?,
+                read_meta(row, 3)?,
             ))
         })
         .optional()
@@ -300,7 +231,7 @@ pub(crate) fn load(conn: &Connection, tree: TreeId, whole: bool) -> Result<TreeL
     let Some((key, head_seq, head_hash, columns)) = row else {
         return Ok(TreeLoad::default());
     };
-    let meta = meta_of(tree, columns)?;
+    let meta = columns.decode(tree)?;
     let recorded_head = match &meta {
         Some(_) => Some((uint(head_seq)?, digest(&head_hash)?)),
         None => None,
@@ -453,7 +384,7 @@ pub(crate) fn list(conn: &Connection, filter: &ListFilter) -> Result<Listing, St
         .collect();
     let mut rows = statement
         .query_map(params.as_slice(), |row| {
-            Ok((row.get::<_, String>(0)?, MetaColumns::read(row, 1)?))
+            Ok((row.get::<_, String>(0)?, read_meta(row, 1)?))
         })
         .map_err(storage)?
         .collect::<Result<Vec<_>, _>>()
@@ -468,7 +399,7 @@ pub(crate) fn list(conn: &Connection, filter: &ListFilter) -> Result<Listing, St
     for (id, columns) in rows {
         let tree: Result<TreeId, _> = id.parse();
         let meta = match &tree {
-            Ok(tree) => meta_of(*tree, columns),
+            Ok(tree) => columns.decode(*tree),
             Err(error) => Err(corrupt(format!("tree id {id:?}: {error}"))),
         };
         match meta {
@@ -821,7 +752,7 @@ mod fuzz {
             if let Err(error) = digest(&bytes) {
                 prop_assert!(refused(&error), "{error}");
             }
-            if let Err(error) = parse_status(&text) {
+            if let Err(error) = baton_run::store::stored_status(&text) {
                 prop_assert!(refused(&error), "{error}");
             }
             if let Err(error) = parse_kind(&text) {
@@ -831,7 +762,7 @@ mod fuzz {
                 prop_assert!(refused(&error), "{error}");
             }
             if let Ok(tree) = text.parse::<TreeId>()
-                && let Err(error) = meta_of(tree, MetaColumns {
+                && let Err(error) = (StoredMeta {
                     scope: Some(text.clone()),
                     status: Some(text.clone()),
                     updated: Some(number),
@@ -840,6 +771,7 @@ mod fuzz {
                     created: Some(number),
                     labels: Some(text.clone()),
                 })
+                .decode(tree)
             {
                 prop_assert!(refused(&error), "{error}");
             }
