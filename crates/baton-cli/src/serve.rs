@@ -42,7 +42,6 @@ fn failed(error: &ServeError) -> CliError {
 
 /// Runs the host until SIGINT or SIGTERM, then shuts it down gracefully.
 pub(crate) async fn serve(context: &Context, args: ServeArgs) -> Result<(), CliError> {
-    let store = context.open_or_create_store()?;
     let mut tokens = Tokens::new();
     if let Some(file) = &args.tokens {
         tokens
@@ -54,6 +53,13 @@ pub(crate) async fn serve(context: &Context, args: ServeArgs) -> Result<(), CliE
             .extend_from_env("BATON_TOKENS")
             .map_err(|error| CliError::host(error.code(), error.to_string()))?;
     }
+    if args.listen.is_some() && tokens.is_empty() {
+        return Err(CliError::argument(
+            "--listen needs API tokens, or the API would refuse every request: pass --tokens FILE (lines `SCOPE TOKEN`, tokens of at least 16 characters) or set BATON_TOKENS",
+        ));
+    }
+    // The tokens are checked before the store is opened (or created).
+    let store = context.open_or_create_store()?;
     let engine = EngineConfig {
         programs: context.registry().programs().to_vec(),
         limits: context.registry().limits().clone(),

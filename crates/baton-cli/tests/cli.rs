@@ -463,6 +463,14 @@ impl Serving {
 }
 
 #[test]
+fn serve_with_a_listener_but_no_tokens_says_how_to_give_them_and_creates_nothing() {
+    let dir = Dir::new();
+    let error = dir.fails(&["serve", "--listen", "127.0.0.1:0"]);
+    assert!(error.contains("pass --tokens FILE"), "{error}");
+    assert!(!dir.dir.path().join("baton.db").exists());
+}
+
+#[test]
 fn serve_runs_the_http_api_for_the_pause_flow_and_stops_cleanly_on_sigint() {
     let dir = Dir::new();
     let mut serving = Serving::start(&dir);
