@@ -60,6 +60,84 @@ pub trait Definition: Send + Sync + 'static {
     fn children(&self) -> Vec<Program> {
         Vec::new()
     }
+
+    /// What the program is to people watching a run (never part of its
+    /// identity): an agent's events are projected into an agent stream,
+    /// a tool's into tool calls of the agent that started it.
+    fn role(&self) -> ProgramRole {
+        ProgramRole::Program
+    }
+}
+
+/// What a program is to people watching a run ([`Definition::role`]).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ProgramRole {
+    /// Any program (the default).
+    #[default]
+    Program,
+    /// An agent: a model-backed program that answers (an interaction, a
+    /// strategy's agent turn).
+    Agent,
+    /// A tool an agent calls (or an activity a workflow runs).
+    Tool,
+}
+
+impl ProgramRole {
+    /// Whether this is the default role (left out of serialized events).
+    pub fn is_program(&self) -> bool {
+        *self == ProgramRole::Program
+    }
+}
+
+/// What a running process is doing now, for people watching it: published
+/// as a non-durable event and kept as the process's latest progress in the
+/// view of a tree its engine runs (never in the log).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Progress {
+    /// The phase, in a few words (`"calling the model"`, `"running tools"`,
+    /// a workflow's stage name).
+    pub phase: String,
+    /// The tool (or activity) running now, when one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// The iteration (an agent's model call, a workflow's stage), from 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iteration: Option<u64>,
+    /// More detail, such as a tool's own report (`"12 of 40 files"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl Progress {
+    /// Progress in `phase`.
+    pub fn phase(phase: impl Into<String>) -> Progress {
+        Progress {
+            phase: phase.into(),
+            ..Progress::default()
+        }
+    }
+
+    /// With the tool running now.
+    pub fn with_tool(mut self, tool: impl Into<String>) -> Progress {
+        self.tool = Some(tool.into());
+        self
+    }
+
+    /// With the iteration.
+    pub fn with_iteration(mut self, iteration: u64) -> Progress {
+        self.iteration = Some(iteration);
+        self
+    }
+
+    /// With more detail.
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Progress {
+        self.detail = Some(detail.into());
+        self
+    }
 }
 
 /// The private state of one process. A step is pure: no I/O, no clock, no
@@ -70,6 +148,13 @@ pub trait Execution: Send + 'static {
 
     /// The state to record; must restore through the definition.
     fn snapshot(&self) -> Result<ExecutionState, StepError>;
+
+    /// What the process is doing now, read by the engine after each
+    /// committed step and published when it changed (a pure function of
+    /// the execution's state; `None`, the default, publishes nothing).
+    fn progress(&self) -> Option<Progress> {
+        None
+    }
 }
 
 /// What a step decided. Each variant says how many leading signals of the
@@ -482,11 +567,19 @@ impl Cancellation {
     }
 }
 
+/// Something a dispatch reports while it runs: never in the log.
+pub(crate) enum Live {
+    /// A delta (e.g. model tokens).
+    Delta(Payload),
+    /// The dispatch's progress.
+    Progress(Progress),
+}
+
 /// Sends non-durable progress (e.g. model tokens) to the engine's event
 /// stream. Deltas never enter the log.
 #[derive(Clone)]
 pub struct DeltaSink {
-    pub(crate) emit: Arc<dyn Fn(Payload) + Send + Sync>,
+    pub(crate) emit: Arc<dyn Fn(Live) + Send + Sync>,
 }
 
 impl DeltaSink {
@@ -499,7 +592,13 @@ impl DeltaSink {
 
     /// Emits one delta.
     pub fn emit(&self, delta: Payload) {
-        (self.emit)(delta);
+        (self.emit)(Live::Delta(delta));
+    }
+
+    /// Reports the dispatch's progress: it becomes its process's latest
+    /// progress (stamped with the engine's clock) and a non-durable event.
+    pub fn progress(&self, progress: Progress) {
+        (self.emit)(Live::Progress(progress));
     }
 }
 
