@@ -48,6 +48,8 @@ pub(crate) struct Follow {
     lines: Option<Lines>,
     /// How the tree ended, for the summary.
     ended: Option<(Status, Option<Payload>, Option<Failure>)>,
+    /// Streamed text was printed since the last line ended.
+    mid_line: bool,
 }
 
 impl Follow {
@@ -64,6 +66,7 @@ impl Follow {
             agents: AgentStream::new(),
             lines,
             ended: None,
+            mid_line: false,
         }
     }
 
@@ -102,10 +105,16 @@ impl Follow {
             }
             WatchView::Agents => {
                 for agent_event in agent_events {
-                    let line = render::agent_event(&agent_event, self.json);
-                    if !line.is_empty() {
-                        self.print(&line);
+                    let text = render::agent_event(&agent_event, self.json);
+                    if text.is_empty() {
+                        continue;
                     }
+                    let token = matches!(agent_event, AgentEvent::Token { .. });
+                    if self.mid_line && !token {
+                        self.print("\n");
+                    }
+                    self.mid_line = token && !self.json && !text.ends_with('\n');
+                    self.print(&text);
                 }
             }
         }
@@ -181,6 +190,9 @@ impl Follow {
         }
         if self.json {
             return;
+        }
+        if self.mid_line {
+            emit("\n");
         }
         emit(&render::watch_summary(self.ended.as_ref(), usage));
     }

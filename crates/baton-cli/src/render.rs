@@ -361,7 +361,8 @@ pub fn path(path: &[baton::run::ChildKey]) -> String {
 }
 
 /// One event of `watch --view agents`: a JSON line, or a line for people
-/// (`AGENT  WHAT`); a token is printed as its bare text.
+/// (`▶ AGENT started`, `■ AGENT completed (USAGE)`, …); a token is its bare
+/// text, and the terminal event is left to the summary.
 pub fn agent_event(event: &baton::agent::AgentEvent, as_json: bool) -> String {
     use baton::agent::AgentEvent;
     if as_json {
@@ -376,7 +377,7 @@ pub fn agent_event(event: &baton::agent::AgentEvent, as_json: bool) -> String {
         AgentEvent::AgentStart { agent } => format!("▶ {} started\n", who(agent)),
         AgentEvent::Token { text, .. } => text.clone(),
         AgentEvent::ToolCallStart { agent, tool, .. } => format!(
-            "\n  {} calls {}\n",
+            "  {} calls {}\n",
             who(agent),
             tool.as_ref()
                 .map_or("a tool".to_owned(), ToString::to_string)
@@ -392,12 +393,8 @@ pub fn agent_event(event: &baton::agent::AgentEvent, as_json: bool) -> String {
             status,
             usage,
             ..
-        } => format!("\n■ {} {status} ({})\n", who(agent), usage_line(usage)),
-        AgentEvent::Complete { .. } => "completed\n".to_owned(),
-        AgentEvent::Error { status, failure } => match failure {
-            Some(failure) => format!("{status}: {failure}\n"),
-            None => format!("{status}\n"),
-        },
+        } => format!("■ {} {status} ({})\n", who(agent), usage_line(usage)),
+        // How the run ended is the summary's first line.
         _ => String::new(),
     }
 }
