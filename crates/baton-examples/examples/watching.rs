@@ -1,5 +1,5 @@
-//! Watching a run: an agent with a slow `count_files` tool that reports its
-//! progress, followed live through `Engine::watch` and printed as the agent
+//! Watching a run: an agent with a `count_files` tool that reports its
+//! progress folder by folder, followed live through `Engine::watch` and printed as the agent
 //! stream view (`agent_start`, `token`, tool calls, `agent_end`, one
 //! `complete`), with what the agent was doing at each progress report.
 //! See the guide `docs/guides/watching-a-run.md`.
@@ -9,11 +9,10 @@
 
 use std::error::Error;
 use std::sync::Arc;
-use std::time::Duration;
 
 use baton::agent::{
     AgentEvent, AgentStream, Interaction, InteractionConfig, InteractionInput, Message, Part,
-    Request, Response, ScriptedModel, Tool, ToolCall, ToolConfig, ToolContext,
+    Request, Response, ScriptedModel, Tool, ToolCall, ToolConfig, ToolContext, ToolError,
 };
 use baton::run::{
     Engine, EngineConfig, MemoryStore, Progress, Scope, StartId, StartRequest, WatchKind,
@@ -24,29 +23,44 @@ use serde::{Deserialize, Serialize};
 /// The tool's arguments.
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
 struct CountArgs {
-    /// The directory to count.
+    /// The directory to count, relative to this crate.
     dir: String,
 }
 
-/// Counts "files" one by one, reporting how far it got.
+/// Counts the files under a directory of this crate, folder by folder,
+/// reporting how far it got after each.
 fn count_files() -> Result<Tool, Box<dyn Error>> {
     let tool = Tool::function(
-        ToolConfig::new("count_files", "Counts the files of a directory."),
+        ToolConfig::new("count_files", "Counts the files under a directory."),
         |args: CountArgs, context: ToolContext| async move {
-            let total = 4;
-            for done in 1..=total {
+            let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(&args.dir);
+            let (mut folders, mut files, mut seen) = (vec![root], 0u64, 0u64);
+            while let Some(folder) = folders.pop() {
+                let mut entries = tokio::fs::read_dir(&folder)
+                    .await
+                    .map_err(|error| ToolError::new(format!("{}: {error}", folder.display())))?;
+                while let Some(entry) = entries
+                    .next_entry()
+                    .await
+                    .map_err(|error| ToolError::new(error.to_string()))?
+                {
+                    match entry.file_type().await {
+                        Ok(kind) if kind.is_dir() => folders.push(entry.path()),
+                        Ok(_) => files += 1,
+                        Err(error) => return Err(ToolError::new(error.to_string())),
+                    }
+                }
+                seen += 1;
                 context.progress(
                     Progress::phase("counting")
                         .with_tool("count_files")
-                        .with_detail(format!("{done} of {total} folders of {}", args.dir)),
+                        .with_detail(format!("{seen} folders, {files} files so far")),
                 );
-                // Time only through the engine's clock.
-                let clock = context.clock();
-                clock
-                    .sleep_until(clock.now().plus(Duration::from_millis(50)))
-                    .await;
             }
-            Ok(format!("{} holds 128 files", args.dir))
+            Ok(format!(
+                "{} holds {files} files in {seen} folders",
+                args.dir
+            ))
         },
     )?;
     Ok(tool)
@@ -67,7 +81,7 @@ fn model() -> ScriptedModel {
             None => Response::calls(vec![ToolCall {
                 id: "call-1".into(),
                 name: "count_files".into(),
-                arguments: r#"{"dir":"src"}"#.into(),
+                arguments: r#"{"dir":"."}"#.into(),
             }])
             .map_err(|error| baton::agent::ModelError::Request(error.to_string())),
             Some(result) => Ok(Response::text(format!("The count is in: {result}."))),
@@ -90,7 +104,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         programs: vec![program.erase()],
         ..EngineConfig::new(Arc::new(MemoryStore::new()))
     })?;
-    let input = InteractionInput::new(vec![Message::user("How many files are in src?")]);
+    let input = InteractionInput::new(vec![Message::user("How many files does this crate have?")]);
     let handle = engine
         .start(
             &program,

@@ -53,6 +53,7 @@ mod failure;
 mod ids;
 mod labels;
 pub mod log;
+mod observe;
 mod payload;
 mod pieces;
 mod protocol;
