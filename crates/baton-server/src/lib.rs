@@ -48,6 +48,7 @@
 
 pub mod api;
 mod config;
+mod console;
 mod host;
 mod tokens;
 
@@ -100,10 +101,12 @@ impl Server {
             ),
             None => None,
         };
+        let csrf = console::auth::CsrfKey::random().map_err(ServeError::Secret)?;
         let host = Arc::new(Host::new(
             engine,
             store,
             config.tokens,
+            csrf,
             config.max_running,
             config.max_wait,
         ));
