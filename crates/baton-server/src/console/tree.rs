@@ -281,7 +281,7 @@ pub(crate) fn steer(page: &TreePage<'_>) -> Markup {
                             }
                             button type="submit" { "Send answer" }
                         }
-                        details.json-answer {
+                        details.json-answer open[returned.posted.contains_key("json")] {
                             summary { "Answer as JSON" }
                             form method="post" action={ "/trees/" (tree) "/waits/" (wait_id) } data-validate {
                                 input type="hidden" name="csrf" value=(page.session.csrf);
