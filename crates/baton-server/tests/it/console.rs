@@ -70,9 +70,9 @@ async fn signing_in_sets_an_http_only_strict_cookie_and_a_wrong_token_or_nonce_i
     let set = login.headers()["set-cookie"].to_str().unwrap().to_owned();
     assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"), "{set}");
     let nonce_cookie = set.split(';').next().unwrap().to_owned();
-    let page = login.text().await.unwrap();
-    assert!(page.contains(r#"<label for="token">API token</label>"#), "{page}");
-    let nonce = csrf_of(&page);
+    let form = login.text().await.unwrap();
+    assert!(form.contains(r#"<label for="token">API token</label>"#), "{form}");
+    let nonce = csrf_of(&form);
 
     let sign_in = |token: &'static str, nonce: String, cookie: String| {
         let http = http.clone();
