@@ -92,10 +92,9 @@ impl Host {
 
     /// `baton demo --pause --json`: a waiting tree and its open wait.
     fn pause(dir: &Path) -> (String, String) {
-        let paused: Value = serde_json::from_str(
-            Host::baton(dir, &["demo", "--pause", "--json"]).trim(),
-        )
-        .expect("json");
+        let paused: Value =
+            serde_json::from_str(Host::baton(dir, &["demo", "--pause", "--json"]).trim())
+                .expect("json");
         (
             paused["tree"].as_str().expect("tree").to_owned(),
             paused["wait"].as_str().expect("wait").to_owned(),
@@ -220,13 +219,11 @@ impl Browser {
         }
         let mut capabilities = serde_json::Map::new();
         capabilities.insert("goog:chromeOptions".to_owned(), options);
-        let client = ClientBuilder::new(
-            hyper_util::client::legacy::connect::HttpConnector::new(),
-        )
-        .capabilities(capabilities)
-        .connect(&format!("http://127.0.0.1:{port}"))
-        .await
-        .expect("a Chromium session");
+        let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(capabilities)
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+            .expect("a Chromium session");
         Browser {
             client,
             _driver: driver,
@@ -240,9 +237,7 @@ impl Browser {
             .at_most(PATIENCE)
             .for_element(Locator::Css(css))
             .await
-            .unwrap_or_else(|error| {
-                panic!("no `{css}` on the page in time: {error}")
-            })
+            .unwrap_or_else(|error| panic!("no `{css}` on the page in time: {error}"))
     }
 
     /// The text of the element `xpath` names, once it is on the page (an
@@ -348,10 +343,15 @@ async fn the_paused_demo_is_answered_through_the_generated_form_and_the_page_rea
 
     // The list shows both waiting trees, waiting first, with their program.
     let row = browser
-        .element(&format!("#trees tr[data-status=waiting] a[href='/trees/{first}']"))
+        .element(&format!(
+            "#trees tr[data-status=waiting] a[href='/trees/{first}']"
+        ))
         .await;
     let listed = browser.text("#trees tbody").await;
-    assert!(listed.contains("demo.pause") && listed.contains(second), "{listed}");
+    assert!(
+        listed.contains("demo.pause") && listed.contains(second),
+        "{listed}"
+    );
     row.click().await.expect("opens the tree");
 
     // The tree page: waiting, the question, a form generated from the
@@ -362,7 +362,12 @@ async fn the_paused_demo_is_answered_through_the_generated_form_and_the_page_rea
     assert!(page.contains("demo.pause"), "{page}");
     let before = host.log_len(first);
     assert_eq!(
-        browser.client.find_all(Locator::Css("#log-rows tr")).await.expect("rows").len(),
+        browser
+            .client
+            .find_all(Locator::Css("#log-rows tr"))
+            .await
+            .expect("rows")
+            .len(),
         before
     );
     browser
@@ -387,9 +392,17 @@ async fn the_paused_demo_is_answered_through_the_generated_form_and_the_page_rea
     assert!(host.log_len(first) > before);
 
     // Verify reports the chain's state.
-    browser.element("#verify-button").await.click().await.expect("verifies");
+    browser
+        .element("#verify-button")
+        .await
+        .click()
+        .await
+        .expect("verifies");
     let verified = browser.text("#verify-result").await;
-    assert!(verified.starts_with("Log verified: records 1–"), "{verified}");
+    assert!(
+        verified.starts_with("Log verified: records 1–"),
+        "{verified}"
+    );
     let dir = screenshot_dir();
     std::fs::create_dir_all(&dir).expect("the screenshot directory");
     let png = browser.client.screenshot().await.expect("a screenshot");
@@ -433,7 +446,10 @@ async fn the_paused_demo_is_answered_through_the_generated_form_and_the_page_rea
         .expect("reads the marker");
     assert_eq!(marker, Value::Bool(true), "the page was reloaded");
     browser
-        .element(&format!("#log-rows tr[data-seq='{}']", host.log_len(second)))
+        .element(&format!(
+            "#log-rows tr[data-seq='{}']",
+            host.log_len(second)
+        ))
         .await;
     assert!(
         browser
@@ -471,8 +487,15 @@ async fn an_invalid_answer_shows_the_schema_error_and_writes_nothing_and_a_stale
     let before = host.log_len(tree);
 
     // Not JSON at all: the page refuses to send it and says why.
-    browser.element("details.json-answer summary").await.click().await.expect("opens");
-    let json = browser.element("details.json-answer textarea[name=json]").await;
+    browser
+        .element("details.json-answer summary")
+        .await
+        .click()
+        .await
+        .expect("opens");
+    let json = browser
+        .element("details.json-answer textarea[name=json]")
+        .await;
     json.send_keys("{not json").await.expect("types");
     browser
         .element("details.json-answer button[type=submit]")

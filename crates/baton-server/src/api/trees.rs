@@ -279,7 +279,11 @@ async fn settle(
 
 /// A handle on a tree of the caller's scope, taken up if no engine holds
 /// it, and kept by this host.
-pub(crate) async fn handle(host: &Arc<Host>, caller: &Caller, tree: TreeId) -> Result<ProcessHandle, Problem> {
+pub(crate) async fn handle(
+    host: &Arc<Host>,
+    caller: &Caller,
+    tree: TreeId,
+) -> Result<ProcessHandle, Problem> {
     let engine = host.engine().await.map_err(|_| Problem::shutting_down())?;
     let handle = engine
         .process::<Payload>(&caller.scope, tree)

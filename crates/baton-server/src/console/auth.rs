@@ -73,7 +73,10 @@ pub(crate) fn nonce() -> Option<String> {
 
 /// Whether two nonces are equal (compared in constant time).
 pub(crate) fn same_nonce(a: &str, b: &str) -> bool {
-    match (blake3::Hash::from_hex(a.trim()), blake3::Hash::from_hex(b.trim())) {
+    match (
+        blake3::Hash::from_hex(a.trim()),
+        blake3::Hash::from_hex(b.trim()),
+    ) {
         (Ok(a), Ok(b)) => a == b,
         _ => false,
     }
@@ -235,7 +238,10 @@ mod tests {
         );
         request.insert("x-forwarded-proto", HeaderValue::from_static("https"));
         let tls = set_cookie(&request, TOKEN_COOKIE, None, "/");
-        assert!(tls.to_str().unwrap().ends_with("Max-Age=0; Secure"), "{tls:?}");
+        assert!(
+            tls.to_str().unwrap().ends_with("Max-Age=0; Secure"),
+            "{tls:?}"
+        );
         assert!(cookie_safe("abc-DEF_123"));
         assert!(!cookie_safe("a;b") && !cookie_safe("a b") && !cookie_safe(""));
     }

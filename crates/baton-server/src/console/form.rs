@@ -459,7 +459,10 @@ mod tests {
         assert!(html.contains(r#"minlength="3""#), "{html}");
         assert!(html.contains(r#"step="1""#) && html.contains(r#"max="10""#));
         assert!(html.contains(r#"min="0""#), "{html}");
-        assert!(html.contains("<legend>address (optional)</legend>"), "{html}");
+        assert!(
+            html.contains("<legend>address (optional)</legend>"),
+            "{html}"
+        );
         assert!(html.contains("data-json"), "{html}");
     }
 

@@ -148,7 +148,10 @@ struct LoginQuery {
     reason: Option<String>,
 }
 
-async fn login_page(headers: HeaderMap, query: Result<Query<LoginQuery>, QueryRejection>) -> Response {
+async fn login_page(
+    headers: HeaderMap,
+    query: Result<Query<LoginQuery>, QueryRejection>,
+) -> Response {
     let reason = query.ok().and_then(|Query(query)| query.reason);
     let message = match reason.as_deref() {
         Some("rejected") => Some(
@@ -291,26 +294,23 @@ async fn list(
     });
     html(
         StatusCode::OK,
-        pages::trees(
-            &session,
-            &filters,
-            &rows,
-            listing.next.is_some(),
-            now_ms(),
-        ),
+        pages::trees(&session, &filters, &rows, listing.next.is_some(), now_ms()),
     )
 }
 
-fn tree_id(session: &Session, id: Result<Path<String>, PathRejection>) -> Result<TreeId, Response> {
+fn tree_id(
+    session: &Session,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<TreeId, Box<Response>> {
     id.ok()
         .and_then(|Path(id)| TreeId::from_str(&id).ok())
         .ok_or_else(|| {
-            message(
+            Box::new(message(
                 Some(session),
                 StatusCode::NOT_FOUND,
                 "No such tree",
                 "That is not a tree id.",
-            )
+            ))
         })
 }
 
@@ -429,7 +429,7 @@ async fn tree_page(
 ) -> Response {
     let tree = match tree_id(&session, id) {
         Ok(tree) => tree,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let query = query.map(|Query(query)| query).unwrap_or_default();
     let mut extra = Extra {
@@ -467,7 +467,7 @@ async fn live(
 ) -> Response {
     let tree = match tree_id(&session, id) {
         Ok(tree) => tree,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let after = query.ok().and_then(|Query(query)| query.after).unwrap_or(0);
     let (view, log, _) = match load(&host, &session, tree, after).await {
@@ -491,18 +491,18 @@ async fn live(
 fn posted(
     session: &Session,
     form: Result<Form<BTreeMap<String, String>>, FormRejection>,
-) -> Result<Posted, Response> {
+) -> Result<Posted, Box<Response>> {
     let Ok(Form(mut fields)) = form else {
-        return Err(message(
+        return Err(Box::new(message(
             Some(session),
             StatusCode::BAD_REQUEST,
             "The form could not be read",
             "Nothing was written.",
-        ));
+        )));
     };
     let csrf = fields.remove("csrf").unwrap_or_default();
     if !session.accepts(&csrf) {
-        return Err(stale_form(session));
+        return Err(Box::new(stale_form(session)));
     }
     Ok(fields)
 }
@@ -534,9 +534,8 @@ fn read_answer(schema: &serde_json::Value, fields: &Posted) -> Result<Payload, F
         })?,
         None => AnswerForm::of(schema).read(fields)?,
     };
-    Payload::from_value(&value).map_err(|error| {
-        FieldErrors::from([(String::new(), format!("not a payload: {error}"))])
-    })
+    Payload::from_value(&value)
+        .map_err(|error| FieldErrors::from([(String::new(), format!("not a payload: {error}"))]))
 }
 
 async fn answer(
@@ -547,7 +546,7 @@ async fn answer(
 ) -> Response {
     let fields = match posted(&session, form) {
         Ok(fields) => fields,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let Some((tree, wait)) = ids.ok().and_then(|Path((tree, wait))| {
         Some((TreeId::from_str(&tree).ok()?, WaitId::from_str(&wait).ok()?))
@@ -598,7 +597,14 @@ async fn answer(
                 returned: Some(returned(errors)),
                 ..Extra::default()
             };
-            return render(&host, &session, tree, StatusCode::UNPROCESSABLE_ENTITY, extra).await;
+            return render(
+                &host,
+                &session,
+                tree,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                extra,
+            )
+            .await;
         }
     };
     let done = moved(&host, &session, tree, |engine, scope| {
@@ -631,7 +637,14 @@ async fn answer(
                 returned: Some(returned(errors)),
                 ..Extra::default()
             };
-            render(&host, &session, tree, StatusCode::UNPROCESSABLE_ENTITY, extra).await
+            render(
+                &host,
+                &session,
+                tree,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                extra,
+            )
+            .await
         }
         Err(Moved::Engine(error)) => {
             let problem = crate::api::problem::signal(tree, &error);
@@ -656,7 +669,8 @@ enum Moved<E> {
     Engine(E),
 }
 
-type Action<'a, E> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), E>> + Send + 'a>>;
+type Action<'a, E> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), E>> + Send + 'a>>;
 
 /// Moves a tree on as the API's routes do: a permit, a handle the host
 /// keeps, the engine's operation, then the tree tracked until quiescent.
@@ -687,16 +701,18 @@ async fn moved<E>(
 fn tree_and<T: FromStr>(
     session: &Session,
     ids: Result<Path<(String, String)>, PathRejection>,
-) -> Result<(TreeId, T), Response> {
+) -> Result<(TreeId, T), Box<Response>> {
     ids.ok()
-        .and_then(|Path((tree, other))| Some((TreeId::from_str(&tree).ok()?, T::from_str(&other).ok()?)))
+        .and_then(|Path((tree, other))| {
+            Some((TreeId::from_str(&tree).ok()?, T::from_str(&other).ok()?))
+        })
         .ok_or_else(|| {
-            message(
+            Box::new(message(
                 Some(session),
                 StatusCode::NOT_FOUND,
                 "Not found",
                 "That is not a tree and effect id.",
-            )
+            ))
         })
 }
 
@@ -708,19 +724,28 @@ async fn cancel(
 ) -> Response {
     let fields = match posted(&session, form) {
         Ok(fields) => fields,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let tree = match tree_id(&session, id) {
         Ok(tree) => tree,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let reason = fields.get("reason").map(|r| r.trim()).unwrap_or("");
     if reason.is_empty() {
         let extra = Extra {
-            banner: Some(Banner::error("Give a reason to cancel. Nothing was written.")),
+            banner: Some(Banner::error(
+                "Give a reason to cancel. Nothing was written.",
+            )),
             ..Extra::default()
         };
-        return render(&host, &session, tree, StatusCode::UNPROCESSABLE_ENTITY, extra).await;
+        return render(
+            &host,
+            &session,
+            tree,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            extra,
+        )
+        .await;
     }
     let reason = reason.to_owned();
     let done = moved(&host, &session, tree, |engine, scope| {
@@ -781,11 +806,11 @@ async fn resolve(
 ) -> Response {
     let fields = match posted(&session, form) {
         Ok(fields) => fields,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let (tree, effect) = match tree_and::<EffectId>(&session, ids) {
         Ok(ids) => ids,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let settled = match settlement(&fields) {
         Ok(settled) => settled,
@@ -801,7 +826,14 @@ async fn resolve(
                 }),
                 ..Extra::default()
             };
-            return render(&host, &session, tree, StatusCode::UNPROCESSABLE_ENTITY, extra).await;
+            return render(
+                &host,
+                &session,
+                tree,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                extra,
+            )
+            .await;
         }
     };
     let done = moved(&host, &session, tree, |engine, scope| {
