@@ -50,6 +50,7 @@ mod model;
 pub mod output;
 mod scripted;
 pub mod strict;
+mod telemetry;
 mod tool;
 
 #[cfg(feature = "anthropic")]

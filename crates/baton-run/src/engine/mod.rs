@@ -28,6 +28,7 @@ mod lifecycle;
 mod mailbox;
 mod round;
 mod shared;
+mod spans;
 mod spare;
 mod state;
 mod usage;
