@@ -27,6 +27,12 @@
 //! - [`Adapter`]: any interaction as a typed `Program<I, O>`, a
 //!   three-stage workflow render → call → decode;
 //! - [`ScriptedModel`]: a deterministic local model for tests and demos;
+//! - `tracing` spans with the OpenTelemetry GenAI semantic-convention
+//!   attributes: `chat {model}` per model call (`gen_ai.operation.name`,
+//!   `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.response.model`,
+//!   `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`,
+//!   `gen_ai.response.finish_reasons`) and `execute_tool {name}` per tool
+//!   function call (`gen_ai.tool.name`), inside the kernel's `effect` span;
 //! - with the `openai` feature, `openai::OpenAiModel`: an
 //!   OpenAI-compatible Chat Completions provider over HTTP; with the
 //!   `anthropic` feature, `anthropic::AnthropicModel`: an Anthropic
