@@ -42,7 +42,15 @@ impl ProcessSpans {
             return Span::none();
         };
         let program = &process.program.name;
-        let span = match process.parent {
+        // An ended parent's span is not opened again: its child (being
+        // cancelled) hangs off the tree's span instead.
+        let parent = process.parent.filter(|parent| {
+            state
+                .processes
+                .get(parent)
+                .is_some_and(|p| p.termination.is_none())
+        });
+        let span = match parent {
             // The root's span is a child of the tree's, the current span
             // while the owner task runs.
             None => tracing::debug_span!("process", process = %id, %program),
