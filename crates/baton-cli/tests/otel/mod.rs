@@ -1,10 +1,12 @@
 //! Span export over OTLP/HTTP (feature `otel`): a receiver on loopback
 //! decodes what is exported with the collector's protobuf types, and the
 //! tests check the span tree and the GenAI attributes of real runs, in
-//! this process through `baton_cli::telemetry` and in the `baton` binary
-//! through the standard variables.
+//! this process through `baton_cli::telemetry`, and in the `baton` binary
+//! (a demo, and `serve` taking a crashed tree over) through the standard
+//! variables, flushed before the process exits.
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
@@ -309,4 +311,108 @@ fn the_binary_exports_to_the_standard_endpoint_and_flushes_on_exit() {
     let ancestry = forest.ancestry(chat);
     assert_eq!(ancestry[1..3], ["effect", "process"], "{ancestry:?}");
     assert_eq!(ancestry.last().map(String::as_str), Some("tree"));
+}
+
+#[test]
+fn serve_exports_the_trees_it_runs_and_flushes_when_it_stops() {
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("tokens.txt"), "demo 0123456789abcdef0123\n")
+        .expect("writes the tokens file");
+    let mut serving = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .current_dir(dir.path())
+        .args(["serve", "--listen", "127.0.0.1:0", "--tokens", "tokens.txt"])
+        .args(["--grace", "5s"])
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            format!("{}/v1/traces", receiver.url),
+        )
+        .env("OTEL_SERVICE_NAME", "baton-serve")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve starts");
+    let mut lines = BufReader::new(serving.stderr.take().expect("stderr"))
+        .lines()
+        .map_while(Result::ok);
+    let mut base = None;
+    for line in lines.by_ref() {
+        if let Some(rest) = line.strip_prefix("serving the HTTP API on ") {
+            base = rest.split_whitespace().next().map(str::to_owned);
+        }
+        if line.starts_with("ready:") {
+            break;
+        }
+    }
+    let base = base.expect("serve printed its address");
+    // Start the pause demo and answer its wait over HTTP: the tree finishes
+    // in the host.
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let client = reqwest::Client::new();
+    let post = |path: String, body: &'static str| -> serde_json::Value {
+        runtime.block_on(async {
+            let response = client
+                .post(format!("{base}{path}"))
+                .bearer_auth("0123456789abcdef0123")
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .expect("the host answers");
+            assert!(response.status().is_success(), "{}", response.status());
+            let text = response.text().await.expect("a body");
+            serde_json::from_str(&text).expect("json")
+        })
+    };
+    let started = post(
+        "/v1/trees?until=wait_opened&timeout_ms=20000".into(),
+        r#"{"program":"demo.pause","id":"traced","input":"release 3.0"}"#,
+    );
+    let tree = started["tree"].as_str().expect("tree").to_owned();
+    let wait = started["view"]["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find_map(|process| process["open_waits"][0]["id"].as_str())
+        .expect("an open wait")
+        .to_owned();
+    let answered = post(
+        format!("/v1/trees/{tree}/waits/{wait}?until=terminal&timeout_ms=20000"),
+        r#""ship it""#,
+    );
+    assert_eq!(answered["view"]["status"], "done");
+    let status = Command::new("kill")
+        .args(["-INT", &serving.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let exited = serving.wait().expect("serve exits");
+    assert!(exited.success(), "{exited:?}");
+
+    // Everything the host traced arrived before it exited.
+    let forest = Forest {
+        spans: receiver.spans(),
+    };
+    assert!(forest.spans.iter().all(|s| s.service == "baton-serve"));
+    let roots: Vec<_> = forest
+        .named("tree")
+        .filter(|s| s.attribute("tree") == Some(tree.as_str()))
+        .collect();
+    assert!(!roots.is_empty(), "the tree's spans");
+    let root_process = forest
+        .named("process")
+        .find(|s| s.attribute("program") == Some("demo.pause"))
+        .expect("the root process's span");
+    assert_eq!(
+        forest.parent(root_process).map(|p| p.name.as_str()),
+        Some("tree")
+    );
+    assert!(
+        forest
+            .named("step")
+            .any(|s| forest.parent(s).map(|p| &p.id) == Some(&root_process.id)),
+        "the root's steps under its process"
+    );
 }
