@@ -46,7 +46,7 @@
 //!
 //! Features: `demo` (default) builds the `baton` binary with the demo
 //! programs; `postgres` opens `postgres://` stores; `otel` exports spans
-//! over OTLP/HTTP ([`telemetry`]) when `OTEL_EXPORTER_OTLP_ENDPOINT` or
+//! over OTLP/HTTP (`baton_cli::telemetry`) when `OTEL_EXPORTER_OTLP_ENDPOINT` or
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set.
 
 /// Prints a line on stdout, as `println!` does, without panicking when the
@@ -123,7 +123,7 @@ pub fn main(registry: Registry) -> ExitCode {
 /// (for example `RUST_LOG=baton_run=debug`); warnings only when it is
 /// unset or invalid, so ordinary output stays clean. With the `otel`
 /// feature and an OTLP endpoint variable set, spans are also exported
-/// (see [`telemetry`]); the returned export is shut down before the process
+/// (see `telemetry`); the returned export is shut down before the process
 /// exits. A host that installed its own subscriber keeps it.
 fn install_log(service_name: &str) -> Option<Export> {
     use tracing_subscriber::Layer as _;
