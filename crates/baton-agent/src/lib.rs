@@ -30,6 +30,12 @@
 //! - [`AgentStream`]: the agent stream view, a tree's watch events
 //!   projected into `agent_start`, `token`, tool calls, handoffs,
 //!   `agent_end` and one terminal `complete` or `error`;
+//! - `tracing` spans with the OpenTelemetry GenAI semantic-convention
+//!   attributes: `chat {model}` per model call (`gen_ai.operation.name`,
+//!   `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.response.model`,
+//!   `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`,
+//!   `gen_ai.response.finish_reasons`) and `execute_tool {name}` per tool
+//!   function call (`gen_ai.tool.name`), inside the kernel's `effect` span;
 //! - with the `openai` feature, `openai::OpenAiModel`: an
 //!   OpenAI-compatible Chat Completions provider over HTTP; with the
 //!   `anthropic` feature, `anthropic::AnthropicModel`: an Anthropic
@@ -54,6 +60,7 @@ pub mod output;
 mod scripted;
 mod stream;
 pub mod strict;
+mod telemetry;
 mod tool;
 
 #[cfg(feature = "anthropic")]

@@ -10,6 +10,9 @@ use std::process::{Command, Output, Stdio};
 use baton_examples::strategies::Scenario;
 use serde_json::Value;
 
+#[cfg(feature = "otel")]
+mod otel;
+
 const EXPECTED: &str =
     "coordinator continued while input was pending; reviewed: inspect deployment";
 

@@ -588,7 +588,9 @@ impl Dispatcher for ActivityDispatcher {
         let clock = call.clock;
         Box::pin(async move {
             let deadline = clock.now().plus(timeout);
-            let mut task = tokio::spawn(running);
+            // The function's task runs in the dispatch's span (the kernel's
+            // `effect`), so what it traces is parented to its effect.
+            let mut task = tokio::spawn(tracing::Instrument::in_current_span(running));
             let joined = tokio::select! {
                 joined = &mut task => joined,
                 () = clock.sleep_until(deadline) => {

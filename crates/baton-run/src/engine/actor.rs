@@ -31,6 +31,7 @@ use super::lifecycle::{Owner, Sleeper, SnapshotPace};
 pub(crate) use super::mailbox::{Channels, Command};
 use super::round::{self, ChildrenWait, Next, Pass};
 use super::shared::{Door, TreeShared};
+use super::spans::ProcessSpans;
 use super::spare::{keep_staged, spare_staged};
 use super::state::TreeState;
 use super::view::{Event, EventKind, TreeView, Visibility};
@@ -96,6 +97,7 @@ pub(super) struct Actor {
     last_commit: Timestamp,
     /// The idle alarm rang since the last commit.
     idle_told: bool,
+    spans: ProcessSpans,
 }
 
 impl Actor {
@@ -135,6 +137,7 @@ impl Actor {
             drained: None,
             last_commit: now,
             idle_told: false,
+            spans: ProcessSpans::default(),
         }
     }
 
@@ -142,7 +145,7 @@ impl Actor {
     /// take at once and their commit. Hands the actor back when the tree
     /// goes on (to run in a task of its own).
     pub async fn first_round(mut self, span: tracing::Span) -> Option<Actor> {
-        self.drive();
+        span.in_scope(|| self.drive());
         if !self.staged.is_empty()
             && let Err(error) = self.commit().instrument(span.clone()).await
         {
@@ -379,6 +382,7 @@ impl Actor {
             && self.state.processes[process].termination.is_some()
         {
             self.live.remove(process);
+            self.spans.end(*process);
             self.executions.remove(process);
             self.dispatches.abandon_process(*process);
         }
@@ -678,7 +682,9 @@ impl Actor {
                     process.mailbox.make_contiguous();
                 }
                 let execution = self.executions.remove(&id);
-                let stepped = round::step(&self.state, id, &self.programs[&id], execution);
+                let span = self.spans.of(&self.state, id);
+                let stepped =
+                    span.in_scope(|| round::step(&self.state, id, &self.programs[&id], execution));
                 self.stage(stepped.record);
                 if let Some(execution) = stepped.keep {
                     self.executions.insert(id, execution);
@@ -696,7 +702,8 @@ impl Actor {
         call: (crate::payload::Payload, crate::budget::Meters),
         attempt: u32,
     ) {
-        let job = self.dispatches.begin(process, effect, call, attempt);
+        let mut job = self.dispatches.begin(process, effect, call, attempt);
+        job.span = self.spans.of(&self.state, process);
         self.after.push(After::Dispatch(job));
     }
 

@@ -42,6 +42,8 @@ pub(super) struct DispatchJob {
     pub reserve: Meters,
     /// Which attempt of the effect this is, as the dispatcher sees it.
     pub try_number: u32,
+    /// The process's span, the parent of the dispatch's `effect` span.
+    pub span: tracing::Span,
     attempt: u64,
     cancel: Cancellation,
 }
@@ -98,6 +100,7 @@ impl Dispatches {
             request,
             reserve,
             try_number,
+            span: tracing::Span::none(),
             attempt: self.attempts,
             cancel,
         }
@@ -203,15 +206,24 @@ pub(super) fn launch(job: DispatchJob, dispatcher: Arc<dyn Dispatcher>, to: Laun
     };
     let completions = to.completions;
     let attempt = job.attempt;
-    let future = catch_unwind(AssertUnwindSafe(|| dispatcher.dispatch(call)));
-    let span = tracing::debug_span!("effect", %process, %effect, attempt);
+    let span = tracing::debug_span!(
+        parent: super::spans::within(&job.span),
+        "effect",
+        %process,
+        %effect,
+        attempt = job.try_number
+    );
+    // The dispatcher's own spans (a model call, a tool) are children of the
+    // effect's, whether it makes them when called or while its future runs.
+    let future = span.in_scope(|| catch_unwind(AssertUnwindSafe(|| dispatcher.dispatch(call))));
+    let inner = span.clone();
     tokio::spawn(
         async move {
             let settlement = match future {
                 Err(panic) => Settlement::Unknown {
                     diagnostic: panic_failure("engine.dispatch.panicked", panic).to_string(),
                 },
-                Ok(future) => match tokio::spawn(future).await {
+                Ok(future) => match tokio::spawn(future.instrument(inner)).await {
                     Ok(settlement) => settlement,
                     Err(error) if error.is_panic() => Settlement::Unknown {
                         diagnostic: panic_failure("engine.dispatch.panicked", error.into_panic())

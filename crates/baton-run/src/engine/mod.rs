@@ -29,6 +29,7 @@ mod mailbox;
 mod progress;
 mod round;
 mod shared;
+mod spans;
 mod spare;
 mod state;
 mod usage;
