@@ -4,7 +4,15 @@
 //! `Last-Event-ID` resumes after the last fact it saw and misses none;
 //! live events (model token deltas) carry no id. The stream ends after the
 //! last fact of a finished tree, or when the host shuts down.
+//!
+//! `?view=agents` sends the agent stream view instead
+//! ([`baton::agent::AgentStream`]): `agent_start`, `token`, tool calls,
+//! handoffs, `agent_end` and one terminal `complete` or `error`, each event
+//! named after its type. The view is folded from the tree's first fact;
+//! an event carries, as its id, the sequence of the fact that made it, so
+//! a reconnect with `Last-Event-ID` resumes after it too.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,10 +22,11 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use baton::agent::{AgentEvent, AgentStream};
 use baton::run::{Watch, WatchEvent};
 use futures_util::stream::{self, Stream};
 use serde::Deserialize;
-use utoipa::IntoParams;
+use utoipa::{IntoParams, ToSchema};
 
 use super::Caller;
 use super::problem::{self, Problem};
@@ -26,11 +35,62 @@ use crate::host::Host;
 
 /// `?from=SEQ`: the first log sequence to send (default 1); a
 /// `Last-Event-ID` header, when present, wins (the stream resumes after it).
+/// `?view=agents`: the agent stream view instead of the tree's events.
 #[derive(Clone, Copy, Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct EventsQuery {
     /// The first log sequence to send.
     pub from: Option<u64>,
+    /// What to send: `events` (the default) or `agents`.
+    pub view: Option<EventsView>,
+}
+
+/// What an event stream sends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EventsView {
+    /// The tree's events (`WatchEvent`s).
+    #[default]
+    Events,
+    /// The agent stream view (`AgentEvent`s).
+    Agents,
+}
+
+/// The agent stream view of a watch: the fold, the facts already sent
+/// before a reconnect (their agent events are not sent again), and agent
+/// events waiting to go out.
+struct Agents {
+    view: AgentStream,
+    seen: u64,
+    queue: VecDeque<Event>,
+}
+
+impl Agents {
+    /// Folds one watch event; queues the agent events it makes, except
+    /// those of facts the client saw before it reconnected.
+    fn take(&mut self, event: &WatchEvent) {
+        let resent = event.seq.is_some_and(|seq| seq <= self.seen);
+        for agent_event in self.view.push(event) {
+            if resent {
+                continue;
+            }
+            let value = serde_json::to_value(&agent_event).unwrap_or_default();
+            let name = value["type"].as_str().unwrap_or("event").to_owned();
+            let mut sse = Event::default().event(name).data(value.to_string());
+            if let Some(seq) = event.seq {
+                sse = sse.id(seq.to_string());
+            }
+            self.queue.push_back(sse);
+        }
+    }
+}
+
+/// One client's stream: the host (to stop when it drains), the tree's
+/// watch and, for `?view=agents`, the view folded from it.
+struct Streaming {
+    host: Arc<Host>,
+    watch: Watch,
+    agents: Option<Agents>,
 }
 
 /// The SSE event name of a watch event: its kind (`step_adopted`, `delta`, …).
@@ -57,26 +117,36 @@ fn sse(event: &WatchEvent) -> Event {
 
 /// What the stream does next: read the watch until it ends or the host
 /// drains; a read error is sent as an `error` event and ends the stream.
-fn events(
-    host: Arc<Host>,
-    watch: Watch,
-) -> impl Stream<Item = Result<Event, Infallible>> + Send + 'static {
-    stream::unfold(Some((host, watch)), |state| async move {
-        let (host, mut watch) = state?;
-        let next = tokio::select! {
-            next = watch.next() => next,
-            () = host.drained() => None,
-        };
-        match next {
-            Some(Ok(event)) => Some((Ok(sse(&event)), Some((host, watch)))),
-            Some(Err(error)) => {
-                let data = serde_json::json!({ "code": error.code(), "detail": error.to_string() });
-                Some((
-                    Ok(Event::default().event("error").data(data.to_string())),
-                    None,
-                ))
+fn events(streaming: Streaming) -> impl Stream<Item = Result<Event, Infallible>> + Send + 'static {
+    stream::unfold(Some(streaming), |state| async move {
+        let mut streaming = state?;
+        loop {
+            if let Some(queued) = streaming
+                .agents
+                .as_mut()
+                .and_then(|agents| agents.queue.pop_front())
+            {
+                return Some((Ok(queued), Some(streaming)));
             }
-            None => None,
+            let next = tokio::select! {
+                next = streaming.watch.next() => next,
+                () = streaming.host.drained() => None,
+            };
+            match next {
+                Some(Ok(event)) => match streaming.agents.as_mut() {
+                    None => return Some((Ok(sse(&event)), Some(streaming))),
+                    Some(agents) => agents.take(&event),
+                },
+                Some(Err(error)) => {
+                    let data =
+                        serde_json::json!({ "code": error.code(), "detail": error.to_string() });
+                    return Some((
+                        Ok(Event::default().event("error").data(data.to_string())),
+                        None,
+                    ));
+                }
+                None => return None,
+            }
         }
     })
 }
@@ -84,6 +154,9 @@ fn events(
 /// A tree's events as server-sent events (`text/event-stream`): each event
 /// is named after its kind and its data is the event's JSON
 /// (`WatchEvent`); committed facts have their log sequence as the event id.
+/// With `?view=agents`, the agent stream view: events named after their
+/// `type` (`agent_start`, `token`, …, one `complete` or `error`), each with
+/// the sequence of the fact that made it as its id.
 #[utoipa::path(get, path = "/v1/trees/{id}/events", tag = "trees",
     params(("id" = String, Path, description = "The tree id."), EventsQuery,
         ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this log sequence.")),
@@ -103,7 +176,8 @@ pub(crate) async fn events_route(
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     let tree = tree_id(&path(id)?)?;
-    let from = query(from)?.from.unwrap_or(1);
+    let asked = query(from)?;
+    let from = asked.from.unwrap_or(1);
     let from = match headers.get("last-event-id") {
         None => from,
         Some(value) => value
@@ -113,14 +187,27 @@ pub(crate) async fn events_route(
             .map(|seen| seen.saturating_add(1))
             .ok_or_else(|| Problem::malformed("Last-Event-ID is not a log sequence"))?,
     };
+    // The agent view is a fold of the whole stream: it reads from the first
+    // fact and sends what comes after `from`.
+    let agents = (asked.view == Some(EventsView::Agents)).then(|| Agents {
+        view: AgentStream::new(),
+        seen: from.saturating_sub(1),
+        queue: VecDeque::new(),
+    });
+    let first = if agents.is_some() { 1 } else { from };
     let watch = {
         let engine = host.engine().await.map_err(|_| Problem::shutting_down())?;
         engine
-            .watch(&caller.scope, tree, from)
+            .watch(&caller.scope, tree, first)
             .await
             .map_err(|error| problem::tree(tree, &error))?
     };
-    Ok(Sse::new(events(host, watch))
+    let streaming = Streaming {
+        host,
+        watch,
+        agents,
+    };
+    Ok(Sse::new(events(streaming))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response())
 }

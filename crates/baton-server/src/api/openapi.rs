@@ -32,6 +32,7 @@ use super::trees::{
     components(schemas(
         Problem, Until, StartBody, StartedBody, SettledBody, StatusParam, TreeSummary, TreeList,
         LogRecord, TreeLog, AnsweredBody, CancelBody, ControlledBody, ResolveBody, FailureBody,
+        super::events::EventsView,
     )),
     modifiers(&Bearer),
 )]

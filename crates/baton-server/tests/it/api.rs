@@ -137,6 +137,40 @@ async fn the_pause_scenario_runs_to_done_through_the_api() {
         .unwrap();
     assert_eq!(bad.status().as_u16(), 400);
 
+    // The agent stream view: the pause demo runs no model agent, so its view
+    // is its one terminal event, with the fact that ended the tree as its
+    // id; a reader who saw that fact gets nothing more.
+    let agents = |seen: Option<u64>| {
+        let mut request = server
+            .client
+            .get(format!(
+                "{}/v1/trees/{tree}/events?view=agents",
+                server.base
+            ))
+            .bearer_auth(TOKEN_A);
+        if let Some(seen) = seen {
+            request = request.header("last-event-id", seen.to_string());
+        }
+        async move { request.send().await.unwrap().text().await.unwrap() }
+    };
+    let view = parse_sse(&agents(None).await);
+    assert_eq!(view.len(), 1, "{view:?}");
+    assert_eq!(view[0].event, "complete");
+    assert_eq!(view[0].id, Some(head));
+    assert!(view[0].data["output"].is_string(), "{view:?}");
+    assert!(parse_sse(&agents(Some(head)).await).is_empty());
+    let unknown_view = server
+        .client
+        .get(format!(
+            "{}/v1/trees/{tree}/events?view=tokens",
+            server.base
+        ))
+        .bearer_auth(TOKEN_A)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown_view.status().as_u16(), 400);
+
     let done = server.get("/v1/trees?status=done", TOKEN_A).await;
     assert_eq!(done.status, 200);
     assert_eq!(done.json["trees"][0]["tree"], tree.as_str());
