@@ -65,7 +65,13 @@ fn model() -> ScriptedModel {
         let response = match results.as_slice() {
             [] => Response::calls(vec![call("ev_get-sum", r#"{"a":20,"b":22}"#.into())]),
             [sum] => {
-                let sum: String = sum.chars().filter(char::is_ascii_digit).collect();
+                // The server answers in words ("The sum of 20 and 22 is
+                // 42."): the last number is the sum.
+                let sum = sum
+                    .split(|c: char| !c.is_ascii_digit())
+                    .filter(|number| !number.is_empty())
+                    .last()
+                    .unwrap_or_default();
                 Response::calls(vec![call(
                     "ev_echo",
                     serde_json::json!({ "message": format!("the sum is {sum}") }).to_string(),

@@ -72,12 +72,15 @@ impl ServerHandler for Counter {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        const KEY: &str = "dev.baton/idempotency-key";
+        // rmcp hands the request's `_meta` over in the context.
         let key = request
             .meta
             .as_ref()
-            .and_then(|meta| meta.0.get("dev.baton/idempotency-key"))
+            .and_then(|meta| meta.0.get(KEY))
+            .or_else(|| context.meta.0.get(KEY))
             .and_then(|value| value.as_str())
             .unwrap_or("none")
             .to_owned();

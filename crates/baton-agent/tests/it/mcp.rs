@@ -578,3 +578,55 @@ async fn one_conversation_uses_two_servers_and_each_call_is_charged() {
     ours.close().await;
     reference.close().await;
 }
+
+#[tokio::test]
+async fn a_call_that_cannot_be_sent_fails_definitely_and_never_parks() {
+    let dir = scratch("unavailable");
+    // The server runs through a link the test removes once the tools are
+    // listed, so no session can start again.
+    let link = dir.join("server");
+    std::os::unix::fs::symlink(TEST_SERVER, &link).expect("links");
+    let mut transport = StdioTransport::new(link.display().to_string(), ["stdio"]);
+    transport.env.insert(
+        "MCP_TEST_COUNTER".into(),
+        Secret::new(dir.join("counter").display().to_string()),
+    );
+    let mut config = McpServerConfig::new("t", McpTransport::Stdio(transport));
+    config.retry =
+        RetryPolicy::exponential(2, Duration::from_millis(10), Duration::from_millis(10));
+    let server = McpServer::connect(config).await.expect("connects");
+    let tools = server.tools().await.expect("lists");
+    server.close().await;
+    std::fs::remove_file(&link).expect("unlinks");
+    let model = caller(vec![vec![call("c1", "t_count", "{}")]]);
+    let program = program(model, tools);
+    let engine = engine(Arc::new(MemoryStore::new()), &program);
+    let handle = engine
+        .start(&program, start("mcp-unavailable", ask("go")))
+        .await
+        .expect("starts");
+    let output: InteractionOutput = handle.output().await.expect("completes");
+    let text = output.response.message().text();
+    assert!(
+        text.starts_with('!') && text.contains("mcp.server.unavailable"),
+        "{text}"
+    );
+    let view = engine
+        .inspect(&scope(), handle.tree(), Visibility::Public)
+        .await
+        .expect("inspects");
+    let count = view
+        .processes
+        .iter()
+        .find(|p| p.program.as_str() == "mcp.t_count")
+        .expect("the call's process");
+    assert_eq!(
+        count.status,
+        Status::Failed,
+        "a definite failure is no unknown effect"
+    );
+    assert!(
+        !dir.join("counter").exists(),
+        "the server never saw the call"
+    );
+}
