@@ -44,7 +44,7 @@
 //! Features (off by default here, on by default in the `baton` facade):
 //! `openai` and `anthropic` add the HTTP providers and their `reqwest`,
 //! `eventsource-stream`, `futures-util` and `httpdate` dependencies.
-//! `mcp` (off by default in the facade too) adds [`mcp`]: Model Context
+//! `mcp` (off by default in the facade too) adds the `mcp` module: Model Context
 //! Protocol servers' tools as durable, budgeted tools, on the official SDK
 //! `rmcp` (and the `mcp-test-server` binary the tests drive).
 

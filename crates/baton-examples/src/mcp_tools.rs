@@ -68,9 +68,8 @@ fn model() -> ScriptedModel {
                 // The server answers in words ("The sum of 20 and 22 is
                 // 42."): the last number is the sum.
                 let sum = sum
-                    .split(|c: char| !c.is_ascii_digit())
-                    .filter(|number| !number.is_empty())
-                    .last()
+                    .rsplit(|c: char| !c.is_ascii_digit())
+                    .find(|number| !number.is_empty())
                     .unwrap_or_default();
                 Response::calls(vec![call(
                     "ev_echo",
