@@ -237,20 +237,6 @@ impl Tool {
         })
     }
 
-    /// A tool running `program`, whose output is a [`ToolReply`]: the
-    /// model reads its text, as an error when the reply says so. The
-    /// program's output schema must accept only replies.
-    pub fn replying<I>(
-        name: impl Into<String>,
-        description: impl Into<String>,
-        program: &Program<I, ToolReply>,
-    ) -> Tool {
-        Tool {
-            reply: true,
-            ..Tool::new(name, description, program)
-        }
-    }
-
     /// Grants each call this budget (clipped to what the interaction has
     /// left, and debited from it for good).
     pub fn with_budget(mut self, budget: Budget) -> Tool {
