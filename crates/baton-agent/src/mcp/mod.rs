@@ -159,7 +159,8 @@ pub struct McpToolOptions {
     pub timeout: Option<Duration>,
     /// The retry policy instead of the server's.
     pub retry: Option<RetryPolicy>,
-    /// The budget of each call instead of the server's.
+    /// The budget of each call instead of the server's (one [`MCP_CALLS`]
+    /// is added when it does not name the meter).
     pub budget: Option<Budget>,
 }
 
@@ -186,7 +187,8 @@ pub struct McpServerConfig {
     /// attempts are left). [`default_mcp_retry`] unless set.
     pub retry: RetryPolicy,
     /// The budget of each call: [`DEFAULT_TOOL_BUDGET`] and one
-    /// [`MCP_CALLS`] unless set (granted clipped to what the caller has left).
+    /// [`MCP_CALLS`] unless set (granted clipped to what the caller has
+    /// left; one [`MCP_CALLS`] is added when it does not name the meter).
     pub budget: Budget,
     /// The server's tool names to offer; all of them when `None`.
     pub allow: Option<BTreeSet<String>>,

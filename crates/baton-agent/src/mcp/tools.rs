@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use baton_run::dispatch::ReplayPolicy;
 use baton_run::program::{Purpose, Schema};
-use baton_run::{Capabilities, Digest, Meters, Name, Payload};
+use baton_run::{Budget, Capabilities, Digest, Meters, Name, Payload};
 use baton_workflow::{Activity, ActivityConfig, ActivityContext, ActivitySchemas, Approval};
 use serde::Deserialize;
 use serde_json::Value;
@@ -239,13 +239,22 @@ fn one(shared: &Arc<Shared>, listed: Listed, options: &McpToolOptions) -> Result
         name: model_name,
         description,
         program: activity.program().erase(),
-        budget: options
-            .budget
-            .clone()
-            .unwrap_or_else(|| config.budget.clone()),
+        budget: call_budget(options.budget.as_ref().unwrap_or(&config.budget)),
         capabilities: Capabilities::none(),
         reply: true,
     })
+}
+
+/// The budget each call is granted: `budget`, naming one [`MCP_CALLS`]
+/// when it does not name the meter, since the call reserves one and a
+/// grant holds nothing of a meter its budget does not name.
+fn call_budget(budget: &Budget) -> Budget {
+    let calls = Name::new(MCP_CALLS).expect("a valid meter name");
+    if budget.meters.contains_key(&calls) {
+        budget.clone()
+    } else {
+        budget.clone().with_meter(calls, 1)
+    }
 }
 
 #[cfg(test)]
@@ -286,6 +295,21 @@ mod tests {
         assert_eq!(
             implied(&Annotations::default()),
             (ReplayPolicy::Never, Approval::NotRequired)
+        );
+    }
+
+    #[test]
+    fn a_call_budget_always_names_the_mcp_calls_it_reserves() {
+        let calls = Name::new(MCP_CALLS).expect("valid");
+        let given = Budget::unlimited().with_steps(8);
+        assert_eq!(
+            call_budget(&given).meter(&calls),
+            baton_run::Quota::Finite(1)
+        );
+        let named = given.with_meter(calls.clone(), 3);
+        assert_eq!(
+            call_budget(&named).meter(&calls),
+            baton_run::Quota::Finite(3)
         );
     }
 
