@@ -20,6 +20,11 @@ pub const STEPS: &[&str] = &[
     "fmt", "clippy", "test", "doctest", "rustdoc", "tidy", "readme",
 ];
 
+/// Optional features that no default build turns on, added to the clippy, test, doctest and
+/// rustdoc steps so their code is linted and tested like the rest (baton-agent's `openai` and
+/// `anthropic` are on through the facade's defaults; baton-cli's `otel` exporter is not).
+const EXTRA_FEATURES: &[&str] = &["--features", "baton-cli/otel"];
+
 /// Property-test case count used by the `test` step unless `PROPTEST_CASES` is already set.
 const DEFAULT_PROPTEST_CASES: &str = "64";
 
@@ -144,17 +149,18 @@ impl StepResult {
 fn run_step(root: &Path, name: &str) -> Result<StepResult> {
     match name {
         "fmt" => run_inherited(cargo(root).args(["fmt", "--all", "--", "--check"])),
-        "clippy" => run_inherited(cargo(root).args([
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--locked",
-            "--",
-            "-D",
-            "warnings",
-        ])),
+        "clippy" => run_inherited(
+            cargo(root)
+                .args(["clippy", "--workspace", "--all-targets", "--locked"])
+                .args(EXTRA_FEATURES)
+                .args(["--", "-D", "warnings"]),
+        ),
         "test" => run_tests(root),
-        "doctest" => run_inherited(cargo(root).args(["test", "--workspace", "--doc", "--locked"])),
+        "doctest" => run_inherited(
+            cargo(root)
+                .args(["test", "--workspace", "--doc", "--locked"])
+                .args(EXTRA_FEATURES),
+        ),
         "rustdoc" => {
             let mut flags = std::env::var_os("RUSTDOCFLAGS").unwrap_or_default();
             if !flags.is_empty() {
@@ -164,6 +170,7 @@ fn run_step(root: &Path, name: &str) -> Result<StepResult> {
             run_inherited(
                 cargo(root)
                     .args(["doc", "--workspace", "--no-deps", "--locked"])
+                    .args(EXTRA_FEATURES)
                     .env("RUSTDOCFLAGS", flags),
             )
         }
@@ -210,6 +217,7 @@ fn run_tests(root: &Path) -> Result<StepResult> {
             "--examples",
         ]);
     }
+    command.args(EXTRA_FEATURES);
     if std::env::var_os("PROPTEST_CASES").is_none() {
         command.env("PROPTEST_CASES", DEFAULT_PROPTEST_CASES);
     }

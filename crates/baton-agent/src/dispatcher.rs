@@ -5,10 +5,12 @@ use std::sync::Arc;
 
 use baton_run::dispatch::{DispatchCall, Dispatcher, ReplayPolicy};
 use baton_run::{BoxFuture, Failure, FailureKind, Payload, Settlement};
+use tracing::Instrument;
 
 use crate::cost::{Price, charge};
 use crate::interaction::ModelCall;
-use crate::model::{ChatModel, Delta, ModelError};
+use crate::model::{ChatModel, Delta, ModelError, ModelIdentity};
+use crate::telemetry::{chat_span, record_error, record_response};
 
 /// Executes model calls: decodes the frozen [`ModelCall`], streams it
 /// through the model (deltas become engine events), and settles with the
@@ -16,9 +18,12 @@ use crate::model::{ChatModel, Delta, ModelError};
 /// at the model's price), or the whole reservation when the provider
 /// reported no usage. A failed call settles with the classified failure of
 /// its [`ModelError`]. Replay policy `Never`: a call lost in a crash
-/// becomes an unknown effect.
+/// becomes an unknown effect. Each call runs in a `chat` span with the
+/// OpenTelemetry GenAI attributes (model, provider, usage, finish reason).
 pub struct ModelDispatcher {
     model: Arc<dyn ChatModel>,
+    /// Kept so a call's span borrows it instead of asking the model anew.
+    identity: Arc<ModelIdentity>,
     price: Option<Price>,
     max_response_bytes: usize,
 }
@@ -27,6 +32,7 @@ impl ModelDispatcher {
     /// A dispatcher over `model`, refusing responses larger than `max_response_bytes`.
     pub fn new(model: Arc<dyn ChatModel>, max_response_bytes: usize) -> ModelDispatcher {
         ModelDispatcher {
+            identity: Arc::new(model.identity()),
             price: model.price(),
             model,
             max_response_bytes,
@@ -43,7 +49,9 @@ impl Dispatcher for ModelDispatcher {
         let model = self.model.clone();
         let limit = self.max_response_bytes;
         let price = self.price;
-        Box::pin(async move {
+        let span = chat_span(&self.identity);
+        let (traced, identity) = (span.clone(), self.identity.clone());
+        let call = async move {
             let model_call: ModelCall = match call.request.decode() {
                 Ok(model_call) => model_call,
                 Err(error) => {
@@ -62,6 +70,7 @@ impl Dispatcher for ModelDispatcher {
             let result = tokio::select! {
                 result = model.stream(model_call.request, &on_delta) => result,
                 () = cancel.canceled() => {
+                    record_error(&traced, "interaction.model.canceled");
                     return Settlement::failed(Failure::new(
                         FailureKind::External,
                         "interaction.model.canceled",
@@ -74,12 +83,14 @@ impl Dispatcher for ModelDispatcher {
                 // The provider's classification (definite or uncertain, and
                 // the delay it asked for) is what the call's retry policy reads.
                 Err(error) => {
+                    record_error(&traced, error.code());
                     return match error.retry() {
                         Some(hint) => Settlement::failed_retryable(error.failure(), hint),
                         None => Settlement::failed(error.failure()),
                     };
                 }
             };
+            record_response(&traced, &identity, &response);
             let output = match Payload::encode(&response) {
                 Ok(output) if output.len() <= limit => output,
                 Ok(_) | Err(baton_run::PayloadError::TooLarge { .. }) => {
@@ -102,6 +113,7 @@ impl Dispatcher for ModelDispatcher {
                 output,
                 usage: charge(response.usage().as_ref(), price.as_ref(), &call.reserve),
             }
-        })
+        };
+        Box::pin(call.instrument(span))
     }
 }

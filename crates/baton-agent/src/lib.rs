@@ -27,6 +27,15 @@
 //! - [`Adapter`]: any interaction as a typed `Program<I, O>`, a
 //!   three-stage workflow render → call → decode;
 //! - [`ScriptedModel`]: a deterministic local model for tests and demos;
+//! - [`AgentStream`]: the agent stream view, a tree's watch events
+//!   projected into `agent_start`, `token`, tool calls, handoffs,
+//!   `agent_end` and one terminal `complete` or `error`;
+//! - `tracing` spans with the OpenTelemetry GenAI semantic-convention
+//!   attributes: `chat {model}` per model call (`gen_ai.operation.name`,
+//!   `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.response.model`,
+//!   `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`,
+//!   `gen_ai.response.finish_reasons`) and `execute_tool {name}` per tool
+//!   function call (`gen_ai.tool.name`), inside the kernel's `effect` span;
 //! - with the `mcp` feature, `mcp::McpServer`: a Model Context Protocol
 //!   server (a child process over stdio, or streamable HTTP) whose tools
 //!   become [`Tool`]s with replay policies and approval from their
@@ -56,7 +65,9 @@ mod interaction;
 mod model;
 pub mod output;
 mod scripted;
+mod stream;
 pub mod strict;
+mod telemetry;
 mod tool;
 
 #[cfg(feature = "anthropic")]
@@ -86,6 +97,7 @@ pub use interaction::{
 pub use model::{ChatModel, Delta, DeltaFn, ModelError, ModelIdentity};
 pub use output::OutputError;
 pub use scripted::ScriptedModel;
+pub use stream::{AgentEvent, AgentRef, AgentStream};
 pub use tool::{
     DEFAULT_TOOL_BUDGET, Tool, ToolConfig, ToolConfigError, ToolContext, ToolError, ToolReply,
 };

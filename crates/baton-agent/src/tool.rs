@@ -191,7 +191,8 @@ impl Tool {
     /// (an `I`), its effect id as idempotency key, under the configured
     /// replay policy, timeout and approval; a panic fails the call with
     /// `workflow.activity.panicked`. The model-facing parameters are `I`'s
-    /// schema, which must be an object schema.
+    /// schema, which must be an object schema. Each call runs in an
+    /// `execute_tool` span carrying `gen_ai.tool.name` (see the crate docs).
     pub fn function<I, O, F, Fut>(config: ToolConfig, function: F) -> Result<Tool, ToolConfigError>
     where
         I: DeserializeOwned + JsonSchema + Send + 'static,
@@ -209,6 +210,23 @@ impl Tool {
                 found,
             });
         }
+        // Each call runs in an `execute_tool` span named for the tool.
+        let tool_name: std::sync::Arc<str> = config.name.as_str().into();
+        let traced = move |input: I, context: ToolContext| {
+            let span = crate::telemetry::tool_span(&tool_name);
+            let recorder = span.clone();
+            let call = function(input, context);
+            tracing::Instrument::instrument(
+                async move {
+                    let result = call.await;
+                    if let Err(error) = &result {
+                        crate::telemetry::record_error(&recorder, error.code());
+                    }
+                    result
+                },
+                span,
+            )
+        };
         let activity = Activity::<I, O>::new(
             ActivityConfig {
                 name: format!("tool.{}", config.name.to_lowercase().replace('-', "_")),
@@ -221,7 +239,7 @@ impl Tool {
                 requires: config.capabilities.clone(),
                 retry: config.retry,
             },
-            function,
+            traced,
         )
         .map_err(|source| ToolConfigError::Activity {
             name: config.name.clone(),

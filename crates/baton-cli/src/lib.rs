@@ -45,7 +45,9 @@
 //! nothing of the demos is compiled in); it knows nothing of any program.
 //!
 //! Features: `demo` (default) builds the `baton` binary with the demo
-//! programs; `postgres` opens `postgres://` stores.
+//! programs; `postgres` opens `postgres://` stores; `otel` exports spans
+//! over OTLP/HTTP (`baton_cli::telemetry`) when `OTEL_EXPORTER_OTLP_ENDPOINT` or
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set.
 
 /// Prints a line on stdout, as `println!` does, without panicking when the
 /// reader went away (`baton ps | head`).
@@ -59,11 +61,14 @@ mod command;
 mod context;
 mod drive;
 mod error;
+mod follow;
 mod interrupt;
 mod registry;
 mod render;
 mod serve;
 mod store;
+#[cfg(feature = "otel")]
+pub mod telemetry;
 mod time;
 
 use std::process::ExitCode;
@@ -73,6 +78,7 @@ use clap::{CommandFactory, Parser};
 pub use command::{Command, StatusFilter, run};
 pub use context::{Context, DriveArgs, Global, WaitArgs};
 pub use error::{CliError, Stop};
+pub use follow::WatchView;
 pub use registry::{
     DEFAULT_SCOPE, HostHooks, LostEffect, Registry, RegistryBuilder, RegistryError, Resolution,
 };
@@ -117,16 +123,71 @@ pub fn main(registry: Registry) -> ExitCode {
 
 /// Sends the engine's `tracing` events to stderr, filtered by `RUST_LOG`
 /// (for example `RUST_LOG=baton_run=debug`); warnings only when it is
-/// unset or invalid, so ordinary output stays clean. A host that installed
-/// its own subscriber keeps it.
-fn install_log() {
+/// unset or invalid, so ordinary output stays clean. With the `otel`
+/// feature and an OTLP endpoint variable set, spans are also exported
+/// (see `telemetry`); the returned export is shut down before the process
+/// exits. A host that installed its own subscriber keeps it.
+fn install_log(service_name: &str) -> Option<Export> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_filter(filter);
+    let export = start_export(service_name);
+    #[cfg(feature = "otel")]
+    let layer = export.as_ref().map(|telemetry| telemetry.layer());
+    #[cfg(not(feature = "otel"))]
+    let layer: Option<tracing_subscriber::layer::Identity> = None;
+    let installed = tracing_subscriber::registry()
+        .with(stderr)
+        .with(layer)
         .try_init();
+    // Another subscriber is installed: nothing of ours would be exported.
+    export.filter(|_| installed.is_ok())
+}
+
+/// The span export this process runs, if any.
+#[cfg(feature = "otel")]
+type Export = telemetry::Telemetry;
+/// The span export this process runs: none without the `otel` feature.
+#[cfg(not(feature = "otel"))]
+type Export = std::convert::Infallible;
+
+/// Starts the export the environment asks for; a failure is a warning, not
+/// the command's failure.
+#[cfg(feature = "otel")]
+fn start_export(service_name: &str) -> Option<Export> {
+    if !telemetry::TelemetryConfig::requested() {
+        return None;
+    }
+    match telemetry::Telemetry::new(telemetry::TelemetryConfig::from_env(service_name)) {
+        Ok(telemetry) => Some(telemetry),
+        Err(error) => {
+            eprintln!("warning: spans are not exported: {error}");
+            None
+        }
+    }
+}
+
+#[cfg(not(feature = "otel"))]
+fn start_export(_service_name: &str) -> Option<Export> {
+    None
+}
+
+/// Flushes the exported spans before the process exits.
+fn finish_export(export: Option<Export>) {
+    #[cfg(feature = "otel")]
+    if let Some(telemetry) = export
+        && let Err(error) = telemetry.shutdown()
+    {
+        eprintln!("warning: {error}");
+    }
+    #[cfg(not(feature = "otel"))]
+    let _ = export;
 }
 
 /// Runs `body` with a [`Context`] on a fresh runtime, with SIGINT and
@@ -139,7 +200,7 @@ pub fn execute(
     interface: clap::Command,
     body: impl AsyncFnOnce(&Context) -> Result<(), CliError>,
 ) -> ExitCode {
-    install_log();
+    let export = install_log(interface.get_name());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -147,6 +208,7 @@ pub fn execute(
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: cannot start the runtime: {error}");
+            finish_export(export);
             return ExitCode::FAILURE;
         }
     };
@@ -155,6 +217,10 @@ pub fn execute(
         let context = Context::new(registry, global, interface, interrupt)?;
         body(&context).await
     });
+    // The runtime's tasks (trees' owner tasks and their spans) end first, so
+    // every span they held is closed and exported.
+    drop(runtime);
+    finish_export(export);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -12,6 +12,7 @@ mod interaction;
 mod mcp;
 #[cfg(feature = "openai")]
 mod openai;
+mod stream;
 mod strict;
 mod tools;
 #[cfg(any(feature = "openai", feature = "anthropic"))]

@@ -54,6 +54,13 @@ pub struct EngineConfig {
     /// What an idle tree (nothing staged or in flight, no deadline) keeps
     /// in memory while it waits for a command.
     pub sleep: Sleep,
+    /// The idle alarm: a tree whose owner task runs (work in flight, a
+    /// backoff, a deadline) but commits nothing for this long while no
+    /// wait of it is open for a person gets one non-durable
+    /// [`EventKind::Idle`](super::EventKind::Idle) event (and a warning in
+    /// the log), again after each later commit. Not a failure. `None`
+    /// (the default) rings no alarm.
+    pub idle_alarm: Option<Duration>,
 }
 
 impl EngineConfig {
@@ -71,6 +78,7 @@ impl EngineConfig {
             event_capacity: 4096,
             limits: TreeLimits::default(),
             sleep: Sleep::default(),
+            idle_alarm: None,
         }
     }
 
@@ -88,6 +96,9 @@ impl EngineConfig {
         }
         if self.event_capacity == 0 {
             return zero("event_capacity");
+        }
+        if self.idle_alarm.is_some_and(|alarm| alarm.is_zero()) {
+            return zero("idle_alarm");
         }
         if self.limits.max_processes == 0 {
             return zero("limits.max_processes");

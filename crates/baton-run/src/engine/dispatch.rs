@@ -16,7 +16,7 @@ use crate::budget::Meters;
 use crate::clock::Clock;
 use crate::ids::{EffectId, ProcessId, TreeId};
 use crate::payload::Payload;
-use crate::protocol::{Cancellation, DeltaSink, DispatchCall, Dispatcher, Settlement};
+use crate::protocol::{Cancellation, DeltaSink, DispatchCall, Dispatcher, Live, Settlement};
 
 use super::round::{Flights, panic_failure};
 use super::view::{Event, EventKind};
@@ -42,6 +42,8 @@ pub(super) struct DispatchJob {
     pub reserve: Meters,
     /// Which attempt of the effect this is, as the dispatcher sees it.
     pub try_number: u32,
+    /// The process's span, the parent of the dispatch's `effect` span.
+    pub span: tracing::Span,
     attempt: u64,
     cancel: Cancellation,
 }
@@ -98,6 +100,7 @@ impl Dispatches {
             request,
             reserve,
             try_number,
+            span: tracing::Span::none(),
             attempt: self.attempts,
             cancel,
         }
@@ -162,6 +165,8 @@ pub(super) struct Launch {
     pub events: broadcast::Sender<Event>,
     pub clock: Arc<dyn Clock>,
     pub completions: mpsc::UnboundedSender<Box<Completion>>,
+    /// The tree's progress board, for the dispatch's progress reports.
+    pub progress: Arc<super::progress::Board>,
 }
 
 /// Launches one dispatch on a task of its own; its settlement (an
@@ -171,6 +176,7 @@ pub(super) fn launch(job: DispatchJob, dispatcher: Arc<dyn Dispatcher>, to: Laun
     let (tree, process, effect) = (to.tree, job.process, job.effect);
     let events = to.events;
     let (path, program) = (to.path, to.program);
+    let (board, clock) = (to.progress, to.clock.clone());
     let call = DispatchCall {
         effect,
         process,
@@ -178,13 +184,20 @@ pub(super) fn launch(job: DispatchJob, dispatcher: Arc<dyn Dispatcher>, to: Laun
         reserve: job.reserve,
         attempt: job.try_number,
         deltas: DeltaSink {
-            emit: Arc::new(move |delta| {
+            emit: Arc::new(move |live| {
+                let kind = match live {
+                    Live::Delta(delta) => EventKind::Delta { effect, delta },
+                    Live::Progress(progress) => match board.note(process, progress, clock.now()) {
+                        Some(progress) => EventKind::Progress { progress },
+                        None => return,
+                    },
+                };
                 let _ = events.send(Event {
                     tree,
                     process,
                     path: path.clone(),
                     program: program.clone(),
-                    kind: EventKind::Delta { effect, delta },
+                    kind,
                 });
             }),
         },
@@ -193,15 +206,24 @@ pub(super) fn launch(job: DispatchJob, dispatcher: Arc<dyn Dispatcher>, to: Laun
     };
     let completions = to.completions;
     let attempt = job.attempt;
-    let future = catch_unwind(AssertUnwindSafe(|| dispatcher.dispatch(call)));
-    let span = tracing::debug_span!("effect", %process, %effect, attempt);
+    let span = tracing::debug_span!(
+        parent: super::spans::within(&job.span),
+        "effect",
+        %process,
+        %effect,
+        attempt = job.try_number
+    );
+    // The dispatcher's own spans (a model call, a tool) are children of the
+    // effect's, whether it makes them when called or while its future runs.
+    let future = span.in_scope(|| catch_unwind(AssertUnwindSafe(|| dispatcher.dispatch(call))));
+    let inner = span.clone();
     tokio::spawn(
         async move {
             let settlement = match future {
                 Err(panic) => Settlement::Unknown {
                     diagnostic: panic_failure("engine.dispatch.panicked", panic).to_string(),
                 },
-                Ok(future) => match tokio::spawn(future).await {
+                Ok(future) => match tokio::spawn(future.instrument(inner)).await {
                     Ok(settlement) => settlement,
                     Err(error) if error.is_panic() => Settlement::Unknown {
                         diagnostic: panic_failure("engine.dispatch.panicked", error.into_panic())

@@ -183,8 +183,10 @@ pub(super) async fn start(
     // tree that ends in its first round, like a pipeline of pure stages,
     // then needs no task of its own and no hand-off between threads; any
     // other continues in its task.
-    if let Some(actor) = actor.first_round(tracing::info_span!("tree", %tree)).await {
-        spawn_owner(engine, tree, actor.run());
+    // One `tree` span covers the first round and the task that goes on.
+    let span = tracing::info_span!("tree", %tree);
+    if let Some(actor) = actor.first_round(span.clone()).await {
+        spawn_in(engine, span, actor.run());
     }
     Ok(StartOutcome::New(shared))
 }
@@ -235,6 +237,7 @@ pub(super) fn finished(engine: &Arc<EngineInner>, state: &TreeState) -> Arc<Tree
         input: root.input,
         door: Mutex::new(Door::Closed),
         outcome,
+        progress: super::progress::Board::shared(),
     });
     if let Ok(mut trees) = engine.trees.lock() {
         trees.insert(state.root, Arc::downgrade(&shared));
@@ -277,6 +280,7 @@ fn prepare(
         input: root.input,
         door: Mutex::new(Door::Closed),
         outcome: outcome_receiver,
+        progress: super::progress::Board::shared(),
     });
     let owner = Owner {
         token,
@@ -527,7 +531,15 @@ fn spawn_owner(
     tree: TreeId,
     task: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let span = tracing::info_span!("tree", %tree);
+    spawn_in(engine, tracing::info_span!("tree", %tree), task);
+}
+
+/// Spawns a tree's owner task in its `tree` span and keeps its abort handle.
+fn spawn_in(
+    engine: &Arc<EngineInner>,
+    span: tracing::Span,
+    task: impl std::future::Future<Output = ()> + Send + 'static,
+) {
     let task = tokio::spawn(task.instrument(span));
     if let Ok(mut tasks) = engine.tasks.lock() {
         // Prune finished handles now and then, so starting many trees stays linear.
