@@ -26,7 +26,7 @@ use crate::chat::{
 use crate::cost::{Price, input_bound, reservation};
 use crate::dispatcher::ModelDispatcher;
 use crate::model::{ChatModel, ModelIdentity};
-use crate::tool::{Tool, object_schema};
+use crate::tool::{Tool, ToolReply, object_schema};
 
 /// How many tool calls of one model answer run at once unless configured.
 pub const DEFAULT_MAX_CONCURRENT_TOOL_CALLS: u32 = 4;
@@ -268,6 +268,8 @@ struct DigestedTool<'a> {
     program: baton_run::Digest,
     budget: &'a Budget,
     capabilities: &'a Capabilities,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    reply: bool,
 }
 
 impl Interaction {
@@ -338,6 +340,7 @@ impl Interaction {
                     program: tool.program.reference().digest,
                     budget: &tool.budget,
                     capabilities: &tool.capabilities,
+                    reply: tool.reply,
                 })
                 .collect(),
             validator: config.validator.is_some(),
@@ -514,9 +517,26 @@ fn error_result(call: &ToolCall, output: String) -> ToolResult {
     }
 }
 
-/// What the model sees of a tool child's termination.
-fn tool_result(call: &ToolCall, termination: &Termination) -> ToolResult {
+/// What the model sees of a tool child's termination. A tool whose
+/// output is a [`ToolReply`] (`reply`) answers with its text, marked as an
+/// error when the reply says so.
+fn tool_result(call: &ToolCall, reply: bool, termination: &Termination) -> ToolResult {
     match (termination.status(), termination.output()) {
+        (Status::Completed, Some(output)) if reply => match output.decode::<ToolReply>() {
+            Ok(reply) => ToolResult {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                output: reply.text,
+                is_error: reply.is_error,
+            },
+            Err(error) => error_result(
+                call,
+                format!(
+                    "tool {} answered with a malformed reply: {error}",
+                    call.name
+                ),
+            ),
+        },
         (Status::Completed, Some(output)) => ToolResult {
             id: call.id.clone(),
             name: call.name.clone(),
@@ -895,7 +915,14 @@ impl Run {
                             )));
                         }
                         slot.status = SlotStatus::Done {
-                            result: tool_result(&slot.call, &outcome.termination),
+                            result: tool_result(
+                                &slot.call,
+                                self.inner
+                                    .tools
+                                    .get(&slot.call.name)
+                                    .is_some_and(|tool| tool.reply),
+                                &outcome.termination,
+                            ),
                         };
                     }
                 }

@@ -36,6 +36,10 @@
 //!   `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`,
 //!   `gen_ai.response.finish_reasons`) and `execute_tool {name}` per tool
 //!   function call (`gen_ai.tool.name`), inside the kernel's `effect` span;
+//! - with the `mcp` feature, `mcp::McpServer`: a Model Context Protocol
+//!   server (a child process over stdio, or streamable HTTP) whose tools
+//!   become [`Tool`]s with replay policies and approval from their
+//!   annotations;
 //! - with the `openai` feature, `openai::OpenAiModel`: an
 //!   OpenAI-compatible Chat Completions provider over HTTP; with the
 //!   `anthropic` feature, `anthropic::AnthropicModel`: an Anthropic
@@ -49,6 +53,9 @@
 //! Features (off by default here, on by default in the `baton` facade):
 //! `openai` and `anthropic` add the HTTP providers and their `reqwest`,
 //! `eventsource-stream`, `futures-util` and `httpdate` dependencies.
+//! `mcp` (off by default in the facade too) adds the `mcp` module: Model Context
+//! Protocol servers' tools as durable, budgeted tools, on the official SDK
+//! `rmcp` (and the `mcp-test-server` binary the tests drive).
 
 mod adapter;
 mod chat;
@@ -67,6 +74,8 @@ mod tool;
 pub mod anthropic;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod http;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 #[cfg(feature = "openai")]
 pub mod openai;
 
@@ -89,4 +98,6 @@ pub use model::{ChatModel, Delta, DeltaFn, ModelError, ModelIdentity};
 pub use output::OutputError;
 pub use scripted::ScriptedModel;
 pub use stream::{AgentEvent, AgentRef, AgentStream};
-pub use tool::{DEFAULT_TOOL_BUDGET, Tool, ToolConfig, ToolConfigError, ToolContext, ToolError};
+pub use tool::{
+    DEFAULT_TOOL_BUDGET, Tool, ToolConfig, ToolConfigError, ToolContext, ToolError, ToolReply,
+};

@@ -5,11 +5,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use baton_run::dispatch::{ReplayPolicy, RetryPolicy};
-use baton_run::{Budget, Capabilities, Meters, Program, Quota};
+use baton_run::{Budget, Capabilities, Meters, Payload, Program, Quota};
 use baton_workflow::{Activity, ActivityConfig, ActivityContext, ActivityError, Approval};
 use schemars::JsonSchema;
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::chat::{ToolSpec, valid_tool_name};
@@ -90,6 +90,27 @@ pub struct Tool {
     pub(crate) program: Program,
     pub(crate) budget: Budget,
     pub(crate) capabilities: Capabilities,
+    /// Whether the program's output is a [`ToolReply`] the model reads as
+    /// its text, marked as an error when the reply says so.
+    pub(crate) reply: bool,
+}
+
+/// The output of a tool that answers as a tool server does: the text the
+/// model reads and whether it reports an error. A call that completes with
+/// `is_error` is a model-visible error, not a failure of the call: the
+/// tool ran and told the model what went wrong.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolReply {
+    /// What the model reads.
+    pub text: String,
+    /// Whether the tool reports an error.
+    #[serde(default)]
+    pub is_error: bool,
+    /// Structured content the tool returned besides its text (kept in the
+    /// log for programs and people; the model reads `text`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured: Option<Payload>,
 }
 
 /// How to build a tool from an async function. The replay policy, timeout
@@ -161,6 +182,7 @@ impl Tool {
             program: program.erase(),
             budget: DEFAULT_TOOL_BUDGET,
             capabilities: Capabilities::none(),
+            reply: false,
         }
     }
 
@@ -229,6 +251,7 @@ impl Tool {
             program: activity.program().erase(),
             budget: config.budget,
             capabilities: config.capabilities,
+            reply: false,
         })
     }
 

@@ -14,6 +14,8 @@
 //! - [`research_team`]: a model coordinator and a researcher agent whose
 //!   tools touch the world (an HTTP search, a file write), offline on
 //!   scripted models or on a real provider from the conventional variables.
+//! - [`mcp_tools`]: an interaction whose tools come from the reference
+//!   Model Context Protocol server over stdio, each call a budgeted effect;
 //! - [`pause`]: the pause scenario of `baton demo --pause`, a team that
 //!   waits for a person's instruction (also driven through the HTTP API);
 //! - [`strategies`]: one scenario per team strategy (sequential, parallel,
@@ -29,6 +31,7 @@
 
 pub mod approval;
 pub mod input_with_timeout;
+pub mod mcp_tools;
 pub mod pause;
 pub mod pipeline;
 pub mod research_team;

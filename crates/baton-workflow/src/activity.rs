@@ -233,7 +233,28 @@ impl ActivityConfig {
     }
 }
 
-type RunFn = dyn Fn(Payload, ActivityContext) -> BoxFuture<'static, Result<Payload, ActivityError>>
+/// What the function of an activity built with [`Activity::dynamic`]
+/// returns: its output and the meter usage it reports, which the call is
+/// charged (each meter at most what [`ActivityConfig::reserve`] reserved).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ActivityOutput {
+    /// The output (checked against the activity's output schema).
+    pub output: Payload,
+    /// The meter usage to charge.
+    pub usage: Meters,
+}
+
+/// The schemas of an activity built with [`Activity::dynamic`], known only
+/// at run time (a tool another system describes).
+#[derive(Clone, Debug)]
+pub struct ActivitySchemas {
+    /// What the input must satisfy (checked before the process starts).
+    pub input: Schema,
+    /// What the output must satisfy (checked when the call settles).
+    pub output: Schema,
+}
+
+type RunFn = dyn Fn(Payload, ActivityContext) -> BoxFuture<'static, Result<ActivityOutput, ActivityError>>
     + Send
     + Sync;
 
@@ -298,6 +319,72 @@ where
         F: Fn(I, ActivityContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<O, ActivityError>> + Send + 'static,
     {
+        let descriptor = Descriptor::typed::<I, O>(&config.name, config.description.clone())?;
+        let function = Arc::new(function);
+        let run: Arc<RunFn> = Arc::new(move |input: Payload, context: ActivityContext| {
+            let function = function.clone();
+            Box::pin(async move {
+                let input: I = input.decode().map_err(|error| {
+                    ActivityError::coded(
+                        ACTIVITY_INVALID,
+                        format!("the request is not the activity's input: {error}"),
+                    )
+                    .with_kind(FailureKind::Contract)
+                })?;
+                let output = function(input, context).await?;
+                let output = Payload::encode(&output).map_err(|error| {
+                    ActivityError::coded(
+                        ACTIVITY_INVALID,
+                        format!("the output does not encode: {error}"),
+                    )
+                    .with_kind(FailureKind::Contract)
+                })?;
+                Ok(ActivityOutput {
+                    output,
+                    usage: Meters::new(),
+                })
+            })
+        });
+        Activity::build(config, descriptor, run)
+    }
+}
+
+impl Activity<Payload, Payload> {
+    /// An activity whose schemas are given at run time rather than derived
+    /// from types: a tool that another system describes (such as a Model
+    /// Context Protocol server's). The function receives the input as a
+    /// payload (already checked against `schemas.input`) and returns its
+    /// output with the meter usage to charge; the rules are those of
+    /// [`Activity::new`].
+    pub fn dynamic<F, Fut>(
+        config: ActivityConfig,
+        schemas: ActivitySchemas,
+        function: F,
+    ) -> Result<Activity<Payload, Payload>, ConfigError>
+    where
+        F: Fn(Payload, ActivityContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<ActivityOutput, ActivityError>> + Send + 'static,
+    {
+        let descriptor = Descriptor::new(
+            &config.name,
+            config.description.clone(),
+            schemas.input,
+            schemas.output,
+        )?;
+        let function = Arc::new(function);
+        let run: Arc<RunFn> = Arc::new(move |input: Payload, context: ActivityContext| {
+            Box::pin(function(input, context))
+        });
+        Activity::build(config, descriptor, run)
+    }
+}
+
+impl<I, O> Activity<I, O> {
+    fn build(
+        config: ActivityConfig,
+        descriptor: Descriptor,
+        run: Arc<RunFn>,
+    ) -> Result<Activity<I, O>, ConfigError> {
         if config.build.trim().is_empty() {
             return Err(ConfigError::Build);
         }
@@ -306,7 +393,6 @@ where
                 activity: config.name.clone(),
             });
         }
-        let descriptor = Descriptor::typed::<I, O>(&config.name, config.description.clone())?;
         let configuration = configuration_digest(&Digested {
             name: &config.name,
             description: &config.description,
@@ -324,27 +410,6 @@ where
             env!("CARGO_PKG_NAME"),
             &format!("{}+activity+{}", env!("CARGO_PKG_VERSION"), config.build),
         );
-        let function = Arc::new(function);
-        let run: Arc<RunFn> = Arc::new(move |input: Payload, context: ActivityContext| {
-            let function = function.clone();
-            Box::pin(async move {
-                let input: I = input.decode().map_err(|error| {
-                    ActivityError::coded(
-                        ACTIVITY_INVALID,
-                        format!("the request is not the activity's input: {error}"),
-                    )
-                    .with_kind(FailureKind::Contract)
-                })?;
-                let output = function(input, context).await?;
-                Payload::encode(&output).map_err(|error| {
-                    ActivityError::coded(
-                        ACTIVITY_INVALID,
-                        format!("the output does not encode: {error}"),
-                    )
-                    .with_kind(FailureKind::Contract)
-                })
-            })
-        });
         Ok(Activity {
             inner: Arc::new(Inner {
                 descriptor,
@@ -607,7 +672,7 @@ impl Dispatcher for ActivityDispatcher {
                 }
             };
             match joined {
-                Ok(Ok(output)) => Settlement::ok(output),
+                Ok(Ok(ActivityOutput { output, usage })) => Settlement::Succeeded { output, usage },
                 Ok(Err(error)) => match error.retry {
                     Some(hint) => Settlement::failed_retryable(error.failure, hint),
                     None => Settlement::failed(error.failure),

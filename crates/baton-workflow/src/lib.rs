@@ -63,8 +63,8 @@ mod workflow;
 
 pub use activity::{
     ACTIVITY_DENIED, ACTIVITY_FAILED, ACTIVITY_INVALID, ACTIVITY_PANICKED, ACTIVITY_TIMED_OUT,
-    Activity, ActivityConfig, ActivityContext, ActivityError, Approval, ApprovalRequest,
-    DEFAULT_ACTIVITY_TIMEOUT, Verdict,
+    Activity, ActivityConfig, ActivityContext, ActivityError, ActivityOutput, ActivitySchemas,
+    Approval, ApprovalRequest, DEFAULT_ACTIVITY_TIMEOUT, Verdict,
 };
 
 pub use stage::{

@@ -31,6 +31,8 @@
 //!   `baton::agent::openai`.
 //! - `anthropic` (default): the Anthropic Messages API provider,
 //!   `baton::agent::anthropic` (the same HTTP client as `openai`).
+//! - `mcp`: Model Context Protocol servers' tools as durable, budgeted
+//!   tools, `baton::agent::mcp` (the official SDK rmcp).
 //!
 //! ## The model in one page
 //!

@@ -8,6 +8,8 @@ mod adapter;
 mod anthropic;
 mod common;
 mod interaction;
+#[cfg(feature = "mcp")]
+mod mcp;
 #[cfg(feature = "openai")]
 mod openai;
 mod stream;

@@ -475,3 +475,68 @@ fn an_activity_definition_passes_definition_conformance() {
         ],
     );
 }
+
+#[tokio::test]
+async fn a_dynamic_activity_checks_its_run_time_schemas_and_charges_the_usage_it_reports() {
+    use baton_run::program::Schema;
+    use baton_run::{Budget, Meters, Name};
+    use baton_workflow::{ActivityOutput, ActivitySchemas};
+
+    let calls = Name::new("api_calls").expect("valid");
+    let mut config = ActivityConfig::new("test.dynamic", "Greets a name.");
+    config.reserve = Meters::from([(calls.clone(), 1)]);
+    let charged = calls.clone();
+    let activity = Activity::dynamic(
+        config,
+        ActivitySchemas {
+            input: Schema::parse(
+                r#"{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}"#,
+            )
+            .expect("compiles"),
+            output: Schema::parse(r#"{"type":"string"}"#).expect("compiles"),
+        },
+        move |input: Payload, _context: ActivityContext| {
+            let charged = charged.clone();
+            async move {
+                let name = input.to_value()["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                Ok(ActivityOutput {
+                    output: Payload::encode(&format!("hello {name}")).expect("encodes"),
+                    usage: Meters::from([(charged, 1)]),
+                })
+            }
+        },
+    )
+    .expect("valid");
+    let program = activity.program();
+    let engine = engine(&program);
+    let refused = engine
+        .start(
+            &program,
+            request(
+                "dynamic-bad",
+                Payload::parse_str(r#"{"nom":"x"}"#).expect("json"),
+            ),
+        )
+        .await;
+    assert!(
+        refused.is_err(),
+        "an input breaking the run-time schema is refused"
+    );
+    let mut start = request(
+        "dynamic",
+        Payload::parse_str(r#"{"name":"ada"}"#).expect("json"),
+    );
+    start.budget = Budget::unlimited().with_meter(calls.clone(), 5);
+    let handle = engine.start(&program, start).await.expect("starts");
+    let output = handle.output().await.expect("completes");
+    assert_eq!(output.to_value(), serde_json::json!("hello ada"));
+    let view = handle.inspect().await.expect("inspects");
+    assert_eq!(
+        view.root().usage.meters.get(&calls).copied(),
+        Some(1),
+        "charged what it reported"
+    );
+}
