@@ -22,7 +22,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use baton::agent::{AgentEvent, AgentStream};
+use baton::agent::AgentStream;
 use baton::run::{Watch, WatchEvent};
 use futures_util::stream::{self, Stream};
 use serde::Deserialize;
