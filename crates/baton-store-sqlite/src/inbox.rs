@@ -159,15 +159,33 @@ pub(crate) fn message(
 /// The store's subscribers and its watcher of other connections' commits.
 pub(crate) struct Notices {
     pub(crate) hub: ChangeHub,
-    watching: Mutex<bool>,
+    watcher: Mutex<Watcher>,
+    /// Set when the store is dropped: the watcher stops at once.
+    stop: AtomicBool,
+}
+
+/// Whether the watcher runs, and its thread. It decides to stop (nobody
+/// subscribes) under the same lock a new subscription takes, so a
+/// subscription never finds a watcher that is about to stop.
+#[derive(Default)]
+struct Watcher {
+    running: bool,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Notices {
     pub(crate) fn new() -> Notices {
         Notices {
             hub: ChangeHub::new(),
-            watching: Mutex::new(false),
+            watcher: Mutex::new(Watcher::default()),
+            stop: AtomicBool::new(false),
         }
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Watcher>, StoreError> {
+        self.watcher
+            .lock()
+            .map_err(|_| StoreError::unavailable("sqlite store: the watcher lock is poisoned"))
     }
 
     /// A new subscription; starts the watcher unless it runs.
@@ -175,50 +193,63 @@ impl Notices {
         self: &std::sync::Arc<Self>,
         path: &Path,
     ) -> Result<baton_run::store::Changes, StoreError> {
-        let changes = self.hub.subscribe();
-        let mut watching = self
-            .watching
-            .lock()
-            .map_err(|_| StoreError::unavailable("sqlite store: the watcher lock is poisoned"))?;
-        if !*watching {
+        let mut watcher = self.lock()?;
+        if !watcher.running {
+            if let Some(stopped) = watcher.thread.take() {
+                let _ = stopped.join();
+            }
             let conn = Connection::open_with_flags(
                 path,
                 OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
             )
             .map_err(storage)?;
             let notices = std::sync::Arc::clone(self);
-            std::thread::Builder::new()
+            let thread = std::thread::Builder::new()
                 .name("baton-sqlite-watcher".into())
-                .spawn(move || notices.watch(&conn))
+                .spawn(move || notices.watch(conn))
                 .map_err(|error| {
                     StoreError::unavailable(format!("cannot start the sqlite watcher: {error}"))
                 })?;
-            *watching = true;
+            watcher.running = true;
+            watcher.thread = Some(thread);
         }
-        Ok(changes)
+        Ok(self.hub.subscribe())
+    }
+
+    /// Stops the watcher and waits for its connection to close.
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        let thread = self.lock().ok().and_then(|mut watcher| watcher.thread.take());
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
     }
 
     /// Reads `data_version` every [`WATCH_EVERY`] while anyone subscribes,
     /// and tells subscribers to re-read when it moved.
-    fn watch(&self, conn: &Connection) {
+    fn watch(&self, conn: Connection) {
         let version = |conn: &Connection| -> Option<i64> {
             conn.query_row("PRAGMA data_version", [], |r| r.get(0)).ok()
         };
-        let mut last = version(conn);
-        let failed = AtomicBool::new(false);
+        let mut last = version(&conn);
+        let mut warned = false;
         loop {
             pause(WATCH_EVERY);
-            let mut watching = match self.watching.lock() {
-                Ok(watching) => watching,
-                Err(_) => return,
-            };
-            if !self.hub.is_watched() {
-                *watching = false;
+            if self.stop.load(Ordering::Acquire) {
                 return;
             }
-            drop(watching);
-            let now = version(conn);
-            if now.is_none() && !failed.swap(true, Ordering::Relaxed) {
+            {
+                let Ok(mut watcher) = self.watcher.lock() else {
+                    return;
+                };
+                if !self.hub.is_watched() {
+                    watcher.running = false;
+                    return;
+                }
+            }
+            let now = version(&conn);
+            if now.is_none() && !warned {
+                warned = true;
                 tracing::warn!("the sqlite watcher cannot read data_version; subscribers re-read");
             }
             if now != last || now.is_none() {

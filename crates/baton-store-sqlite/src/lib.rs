@@ -275,6 +275,9 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // Closing the queues lets each thread finish what is queued, close
         // its connection (the last close checkpoints the WAL) and exit.
+        // The watcher's read-only connection closes first, so the last
+        // connection to close (which checkpoints the WAL) is a writable one.
+        self.notices.stop();
         self.writes.take();
         self.reads.take();
         for thread in self.threads.drain(..) {

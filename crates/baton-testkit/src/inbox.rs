@@ -305,6 +305,7 @@ async fn queued_until_takeover(
     assert_eq!(error.code(), "engine.forward.timeout");
     assert!(error.to_string().contains("queued"), "{error}");
     assert_eq!(other.pending(Some(tree)).await.expect("lists").len(), 1);
+    let mut changes = other.changes().await.expect("subscribes");
     // Taking the tree over applies what is queued.
     let c = Engine::new(config(holder.clone(), &[ask])).expect("valid");
     let report = c
@@ -315,12 +316,22 @@ async fn queued_until_takeover(
         .await
         .expect("recovers");
     assert!(report.iter().all(|(_, taken)| taken.is_ok()), "{report:?}");
-    let view = tokio::time::timeout(PATIENCE, c.until(scope, tree, baton_run::Condition::Quiescent))
+    let taken: baton_run::ProcessHandle = c.process(scope, tree).await.expect("held here");
+    let ended = tokio::time::timeout(PATIENCE, taken.await_result())
         .await
-        .expect("settles within 30 s")
-        .expect("settles");
-    let root = view.process(tree).expect("root");
-    assert_eq!(root.status, baton_run::Status::Completed, "{view:?}");
+        .expect("the queued answer is applied within 30 s")
+        .expect("ends");
+    assert_eq!(
+        ended.output(),
+        Some(&Payload::from_value(&json!(false)).expect("encodes")),
+        "{ended:?}"
+    );
+    // The holder settles the message once the answer committed.
+    while !other.pending(Some(tree)).await.expect("lists").is_empty() {
+        let changes = changes.as_mut().expect("the store sends notices");
+        noticed(changes, Change::Inbox(tree), "the settlement").await;
+    }
+    drop(taken);
     c.close().await;
     b.close().await;
 }

@@ -351,8 +351,7 @@ impl EngineInner {
             Err(TreeError::LeaseHeld { .. }) => None,
             Err(error) => Some(Reply::of_tree(&error)),
             Ok(_) => {
-                let token = self.held_token(message.tree);
-                let reply = apply(self, message.tree, command.clone()).await?;
+                let (reply, token) = apply(self, message.tree, command.clone()).await?;
                 if let Some(token) = token {
                     settle(self, message, token, &reply).await;
                 }
@@ -493,9 +492,6 @@ async fn drain(engine: &Arc<EngineInner>, wake: Wake) {
         }
     };
     for message in pending.into_iter().filter(|m| held.contains(&m.tree)) {
-        let Some(token) = engine.held_token(message.tree) else {
-            continue;
-        };
         let command = match message.body.decode::<Forwarded>() {
             Ok(command) => command,
             Err(error) => {
@@ -503,26 +499,49 @@ async fn drain(engine: &Arc<EngineInner>, wake: Wake) {
                     code: "engine.forward.invalid".into(),
                     message: format!("the message does not hold a command: {error}"),
                 };
-                settle(engine, &message, token, &reply).await;
+                if let Some(token) = engine.held_token(message.tree) {
+                    settle(engine, &message, token, &reply).await;
+                }
                 continue;
             }
         };
-        if let Some(reply) = apply(engine, message.tree, command).await {
+        if let Some((reply, Some(token))) = apply(engine, message.tree, command).await {
             settle(engine, &message, token, &reply).await;
         }
     }
 }
 
-/// Applies a command through this engine's local handle on the tree; `None`
-/// when this engine does not hold the tree (any more).
-async fn apply(engine: &Arc<EngineInner>, tree: TreeId, command: Forwarded) -> Option<Reply> {
+/// Applies a command through this engine's local handle on the tree, with
+/// the lease token it applied under (`None` for a finished tree, which has
+/// no writer); `None` when this engine does not hold the tree (any more).
+async fn apply(
+    engine: &Arc<EngineInner>,
+    tree: TreeId,
+    command: Forwarded,
+) -> Option<(Reply, Option<u64>)> {
     let shared = match engine.attach(tree, Some(command.scope()), false).await {
         Ok(shared) => shared,
         Err(TreeError::LeaseHeld { .. } | TreeError::ShuttingDown { .. }) => return None,
-        Err(error) => return Some(Reply::of_tree(&error)),
+        Err(error) => return Some((Reply::of_tree(&error), engine.held_token(tree))),
     };
+    // Read after the take-up: taking a sleeping tree up again grants a
+    // newer token, and the one that applies is the one that settles (a
+    // tree the command finishes gives its lease up, but its token stays
+    // the newest grant).
+    let token = engine.held_token(tree);
+    let reply = run_command(engine, shared, tree, command).await;
+    Some((reply, token))
+}
+
+/// Runs a command through a local handle on a tree this engine runs.
+async fn run_command(
+    engine: &Arc<EngineInner>,
+    shared: Arc<super::TreeShared>,
+    tree: TreeId,
+    command: Forwarded,
+) -> Reply {
     let handle = |process| ProcessHandle::<Payload>::new(engine.clone(), shared.clone(), process);
-    Some(match command {
+    match command {
         Forwarded::Answer {
             wait, id, payload, ..
         } => {
@@ -562,7 +581,7 @@ async fn apply(engine: &Arc<EngineInner>, tree: TreeId, command: Forwarded) -> O
                 .control(|reply| Command::Replay { effect, reply })
                 .await,
         ),
-    })
+    }
 }
 
 async fn settle(engine: &EngineInner, message: &Message, token: u64, reply: &Reply) {
