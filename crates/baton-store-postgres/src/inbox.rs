@@ -183,7 +183,7 @@ async fn pending(pool: &Pool, tree: Option<TreeId>) -> Result<Vec<Message>, Stor
     let rows = match tree {
         Some(tree) => {
             query(
-                &**client,
+                &client,
                 &format!("{SELECT} WHERE t.id = $1 AND i.outcome IS NULL ORDER BY i.seq"),
                 &[&tree.to_string()],
             )
@@ -191,7 +191,7 @@ async fn pending(pool: &Pool, tree: Option<TreeId>) -> Result<Vec<Message>, Stor
         }
         None => {
             query(
-                &**client,
+                &client,
                 &format!("{SELECT} WHERE i.outcome IS NULL ORDER BY i.seq"),
                 &[],
             )
@@ -211,7 +211,7 @@ async fn message(
 ) -> Result<Option<Posted>, StoreError> {
     let client = pool.get().await.map_err(pool_error)?;
     let row = query_opt(
-        &**client,
+        &client,
         &format!("{SELECT} WHERE t.id = $1 AND i.id = $2"),
         &[&tree.to_string(), &id.as_str()],
     )
