@@ -23,9 +23,7 @@ use crate::log::{Record, Snapshot};
 use crate::protocol::{BoxFuture, ProgramVersion};
 
 pub use changes::{Change, ChangeHub, ChangeSender, Changes};
-pub use inbox::{
-    Message, MessageId, MessageIdError, PostOutcome, Posted, Settle, SettleOutcome,
-};
+pub use inbox::{Message, MessageId, MessageIdError, PostOutcome, Posted, Settle, SettleOutcome};
 pub use memory::MemoryStore;
 
 /// Where a tree stands, as listed by a store.

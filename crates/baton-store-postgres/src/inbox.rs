@@ -17,9 +17,9 @@ use baton_run::{Payload, Timestamp, TreeId};
 use deadpool_postgres::{GenericClient, Pool};
 use tokio_postgres::Row;
 
+use crate::CHANNEL;
 use crate::error::{pool as pool_error, storage};
 use crate::rows::{column, corrupt, execute, int, query, query_opt, uint};
-use crate::CHANNEL;
 use crate::write::Reply;
 
 /// An inbox operation, answered on a pooled connection.
@@ -72,7 +72,12 @@ async fn post(pool: &Pool, message: &Message) -> Result<PostOutcome, StoreError>
         &tx,
         "INSERT INTO baton_inbox (tree, id, body, posted) VALUES ($1, $2, $3, $4)
          ON CONFLICT (tree, id) DO NOTHING",
-        &[&key, &message.id.as_str(), &message.body.as_str(), &int(message.posted.0)],
+        &[
+            &key,
+            &message.id.as_str(),
+            &message.body.as_str(),
+            &int(message.posted.0),
+        ],
     )
     .await
     .map_err(storage)?;
@@ -204,11 +209,7 @@ async fn pending(pool: &Pool, tree: Option<TreeId>) -> Result<Vec<Message>, Stor
         .collect()
 }
 
-async fn message(
-    pool: &Pool,
-    tree: TreeId,
-    id: &MessageId,
-) -> Result<Option<Posted>, StoreError> {
+async fn message(pool: &Pool, tree: TreeId, id: &MessageId) -> Result<Option<Posted>, StoreError> {
     let client = pool.get().await.map_err(pool_error)?;
     let row = query_opt(
         &client,

@@ -11,8 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use baton_run::store::{
-    Change, ChangeHub, Message, MessageId, PostOutcome, Posted, Settle, SettleOutcome,
-    StoreError,
+    Change, ChangeHub, Message, MessageId, PostOutcome, Posted, Settle, SettleOutcome, StoreError,
 };
 use baton_run::{Payload, Timestamp, TreeId};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
@@ -77,7 +76,11 @@ pub(crate) fn settle(conn: &Connection, settle: &Settle) -> Result<SettleOutcome
     }
     conn.prepare_cached("UPDATE inbox SET outcome = ?3 WHERE tree = ?1 AND id = ?2")
         .map_err(storage)?
-        .execute(params![row.key, settle.id.as_str(), settle.outcome.as_str()])
+        .execute(params![
+            row.key,
+            settle.id.as_str(),
+            settle.outcome.as_str()
+        ])
         .map_err(storage)?;
     Ok(SettleOutcome::Settled)
 }
@@ -219,7 +222,10 @@ impl Notices {
     /// Stops the watcher and waits for its connection to close.
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::Release);
-        let thread = self.lock().ok().and_then(|mut watcher| watcher.thread.take());
+        let thread = self
+            .lock()
+            .ok()
+            .and_then(|mut watcher| watcher.thread.take());
         if let Some(thread) = thread {
             let _ = thread.join();
         }

@@ -74,8 +74,8 @@ use std::time::Duration;
 
 use baton_run::log::{Record, Snapshot};
 use baton_run::store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, Change, Changes, ListFilter, Listing,
-    Message, MessageId, PostOutcome, Posted, Settle, SettleOutcome, Store, StoreError, TreeLoad,
+    AcquireRequest, Acquired, Append, AppendOutcome, Change, Changes, ListFilter, Listing, Message,
+    MessageId, PostOutcome, Posted, Settle, SettleOutcome, Store, StoreError, TreeLoad,
 };
 use baton_run::{BoxFuture, Timestamp, TreeId};
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};

@@ -10,8 +10,8 @@ use baton_run::store::{
     SettleOutcome, Store, TreeMeta, TreeStatus,
 };
 use baton_run::{
-    Engine, EngineConfig, Payload, ProcessId, RecoverOptions, Scope, SignalError,
-    SignalReceipt, Timestamp, TreeError, TreeId,
+    Engine, EngineConfig, Payload, ProcessId, RecoverOptions, Scope, SignalError, SignalReceipt,
+    Timestamp, TreeError, TreeId,
 };
 use serde_json::json;
 
@@ -88,8 +88,14 @@ pub(crate) async fn inbox(store: Arc<dyn Store>) {
     let first = message(tree, "m1", json!({"answer": 1}));
     let second = message(tree, "m2", json!({"answer": 2}));
     let post = |message: Message| store.post(message);
-    assert_eq!(post(first.clone()).await.expect("posts"), PostOutcome::Posted);
-    assert_eq!(post(second.clone()).await.expect("posts"), PostOutcome::Posted);
+    assert_eq!(
+        post(first.clone()).await.expect("posts"),
+        PostOutcome::Posted
+    );
+    assert_eq!(
+        post(second.clone()).await.expect("posts"),
+        PostOutcome::Posted
+    );
     assert_eq!(
         post(first.clone()).await.expect("posts"),
         PostOutcome::Duplicate,
@@ -103,9 +109,19 @@ pub(crate) async fn inbox(store: Arc<dyn Store>) {
         "inbox: another body under a posted id is a conflict"
     );
     let pending = store.pending(Some(tree)).await.expect("lists");
-    assert_eq!(pending, vec![first.clone(), second.clone()], "inbox: pending in post order");
+    assert_eq!(
+        pending,
+        vec![first.clone(), second.clone()],
+        "inbox: pending in post order"
+    );
     assert_eq!(store.pending(None).await.expect("lists"), pending);
-    assert!(store.pending(Some(unknown)).await.expect("lists").is_empty());
+    assert!(
+        store
+            .pending(Some(unknown))
+            .await
+            .expect("lists")
+            .is_empty()
+    );
     // A takeover fences the old holder: its settlement writes nothing.
     let new = grant(store, tree, "holder-2", true).await;
     let settle = |id: &str, token: u64, value: serde_json::Value| Settle {
@@ -115,24 +131,39 @@ pub(crate) async fn inbox(store: Arc<dyn Store>) {
         outcome: outcome(value),
     };
     assert_eq!(
-        store.settle(settle("m1", old, json!("stale"))).await.expect("settles"),
+        store
+            .settle(settle("m1", old, json!("stale")))
+            .await
+            .expect("settles"),
         SettleOutcome::Fenced,
         "inbox: a stale holder cannot settle"
     );
     let read = |id: &str| store.message(tree, MessageId::new(id).expect("valid"));
     let unsettled = read("m1").await.expect("reads").expect("posted");
-    assert_eq!((unsettled.message, unsettled.outcome), (first.clone(), None));
     assert_eq!(
-        store.settle(settle("m1", new, json!("done"))).await.expect("settles"),
+        (unsettled.message, unsettled.outcome),
+        (first.clone(), None)
+    );
+    assert_eq!(
+        store
+            .settle(settle("m1", new, json!("done")))
+            .await
+            .expect("settles"),
         SettleOutcome::Settled
     );
     assert_eq!(
-        store.settle(settle("m1", new, json!("again"))).await.expect("settles"),
+        store
+            .settle(settle("m1", new, json!("again")))
+            .await
+            .expect("settles"),
         SettleOutcome::AlreadySettled,
         "inbox: the first outcome stands"
     );
     assert_eq!(
-        store.settle(settle("m9", new, json!("x"))).await.expect("settles"),
+        store
+            .settle(settle("m9", new, json!("x")))
+            .await
+            .expect("settles"),
         SettleOutcome::Unknown
     );
     let settled = read("m1").await.expect("reads").expect("posted");
@@ -146,7 +177,10 @@ pub(crate) async fn inbox(store: Arc<dyn Store>) {
     // The holder whose last append gave the lease up still settles.
     store.release(tree, new).await.expect("releases");
     assert_eq!(
-        store.settle(settle("m2", new, json!("late"))).await.expect("settles"),
+        store
+            .settle(settle("m2", new, json!("late")))
+            .await
+            .expect("settles"),
         SettleOutcome::Settled,
         "inbox: the newest grant settles after its release"
     );
@@ -193,7 +227,10 @@ async fn noticed(changes: &mut Changes, expected: Change, what: &str) {
         .unwrap_or_else(|_| panic!("notices: {what} was not noticed within {PATIENCE:?}"));
 }
 
-fn config(store: Arc<dyn Store>, programs: &[&baton_run::Program<serde_json::Value, serde_json::Value>]) -> EngineConfig {
+fn config(
+    store: Arc<dyn Store>,
+    programs: &[&baton_run::Program<serde_json::Value, serde_json::Value>],
+) -> EngineConfig {
     let mut config = EngineConfig {
         // Only notices (or the inbox's own bounded re-read) can move the
         // holder: its lease outlives the test.
@@ -228,7 +265,12 @@ pub async fn answer_across_engines(holder: Arc<dyn Store>, other: Arc<dyn Store>
     let wait = open_wait(&handle).await;
     let tree = handle.tree();
     let receipt = b
-        .answer(&scope, tree, wait, Payload::from_value(&json!(true)).expect("encodes"))
+        .answer(
+            &scope,
+            tree,
+            wait,
+            Payload::from_value(&json!(true)).expect("encodes"),
+        )
         .await
         .expect("the holder applies the answer");
     assert_eq!(receipt, SignalReceipt::Admitted);
@@ -236,21 +278,40 @@ pub async fn answer_across_engines(holder: Arc<dyn Store>, other: Arc<dyn Store>
         .await
         .expect("the tree ends within 30 s")
         .expect("ends");
-    assert_eq!(ended.output(), Some(&Payload::from_value(&json!(true)).expect("encodes")), "{ended:?}");
+    assert_eq!(
+        ended.output(),
+        Some(&Payload::from_value(&json!(true)).expect("encodes")),
+        "{ended:?}"
+    );
     let again = b
-        .answer(&scope, tree, wait, Payload::from_value(&json!(true)).expect("encodes"))
+        .answer(
+            &scope,
+            tree,
+            wait,
+            Payload::from_value(&json!(true)).expect("encodes"),
+        )
         .await;
     assert_eq!(again, Ok(SignalReceipt::Duplicate));
     // Bad input is refused by the poster, as a local call refuses it.
     let wrong = Scope::new("other").expect("valid");
     let error = b
-        .answer(&wrong, tree, wait, Payload::from_value(&json!(true)).expect("encodes"))
+        .answer(
+            &wrong,
+            tree,
+            wait,
+            Payload::from_value(&json!(true)).expect("encodes"),
+        )
         .await
         .expect_err("another scope");
     assert_eq!(error.code(), "engine.scope.mismatch");
     let unknown = ProcessId::root(&start_id("never-started"));
     let error = b
-        .answer(&scope, unknown, wait, Payload::from_value(&json!(true)).expect("encodes"))
+        .answer(
+            &scope,
+            unknown,
+            wait,
+            Payload::from_value(&json!(true)).expect("encodes"),
+        )
         .await
         .expect_err("unknown tree");
     assert_eq!(error.code(), "engine.tree.not_found");
@@ -295,7 +356,12 @@ async fn queued_until_takeover(
     })
     .expect("valid");
     let error = b
-        .answer(scope, tree, wait, Payload::from_value(&json!(false)).expect("encodes"))
+        .answer(
+            scope,
+            tree,
+            wait,
+            Payload::from_value(&json!(false)).expect("encodes"),
+        )
         .await
         .expect_err("nobody applies it");
     assert!(

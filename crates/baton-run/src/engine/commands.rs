@@ -99,7 +99,10 @@ impl Engine {
                     process,
                     reason,
                 };
-                self.inner.forward(tree, command, held).await?.into_control(tree)
+                self.inner
+                    .forward(tree, command, held)
+                    .await?
+                    .into_control(tree)
             }
             Err(error) => Err(ControlError::Tree(error)),
         }
@@ -136,7 +139,10 @@ impl Engine {
                     effect,
                     settlement,
                 };
-                self.inner.forward(tree, command, held).await?.into_control(tree)
+                self.inner
+                    .forward(tree, command, held)
+                    .await?
+                    .into_control(tree)
             }
             Err(error) => Err(ControlError::Tree(error)),
         }
@@ -162,14 +168,21 @@ impl Engine {
                     scope: scope.clone(),
                     effect,
                 };
-                self.inner.forward(tree, command, held).await?.into_control(tree)
+                self.inner
+                    .forward(tree, command, held)
+                    .await?
+                    .into_control(tree)
             }
             Err(error) => Err(ControlError::Tree(error)),
         }
     }
 
     /// A handle on `process` in the tree of `root`.
-    fn handle_of(&self, root: &ProcessHandle<Payload>, process: ProcessId) -> ProcessHandle<Payload> {
+    fn handle_of(
+        &self,
+        root: &ProcessHandle<Payload>,
+        process: ProcessId,
+    ) -> ProcessHandle<Payload> {
         ProcessHandle::new(self.inner.clone(), root.shared(), process)
     }
 }

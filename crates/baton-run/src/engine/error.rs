@@ -244,7 +244,9 @@ pub enum TreeError {
     },
     /// The engine holding the tree refused the forwarded command with an
     /// error this engine has no variant for.
-    #[error("engine.forward.failed: tree {tree}: the holding engine refused the command: {code}: {message}")]
+    #[error(
+        "engine.forward.failed: tree {tree}: the holding engine refused the command: {code}: {message}"
+    )]
     ForwardFailed {
         /// The tree.
         tree: TreeId,

@@ -95,46 +95,19 @@ pub(super) enum Reply {
     Admitted,
     Duplicate,
     Done,
-    Terminated {
-        process: ProcessId,
-    },
-    UnknownWait {
-        process: ProcessId,
-        wait: WaitId,
-    },
-    WaitClosed {
-        wait: WaitId,
-    },
-    Rejected {
-        failure: Failure,
-    },
-    Conflict {
-        id: SignalId,
-    },
-    BudgetExhausted {
-        process: ProcessId,
-    },
-    MailboxFull {
-        process: ProcessId,
-        limit: u64,
-    },
-    ControlTerminated {
-        process: ProcessId,
-    },
-    NotUnknown {
-        effect: EffectId,
-    },
-    Invalid {
-        message: String,
-    },
+    Terminated { process: ProcessId },
+    UnknownWait { process: ProcessId, wait: WaitId },
+    WaitClosed { wait: WaitId },
+    Rejected { failure: Failure },
+    Conflict { id: SignalId },
+    BudgetExhausted { process: ProcessId },
+    MailboxFull { process: ProcessId, limit: u64 },
+    ControlTerminated { process: ProcessId },
+    NotUnknown { effect: EffectId },
+    Invalid { message: String },
     NotFound,
-    Scope {
-        scope: Scope,
-    },
-    Failed {
-        code: String,
-        message: String,
-    },
+    Scope { scope: Scope },
+    Failed { code: String, message: String },
 }
 
 impl Reply {
@@ -320,11 +293,16 @@ impl EngineInner {
             if let Some(posted) = self.store.message(tree, message.id.clone()).await?
                 && let Some(outcome) = posted.outcome
             {
-                let reply = outcome.decode::<Reply>().map_err(|error| TreeError::Corrupt {
-                    tree,
-                    record: None,
-                    message: format!("inbox message {} has an unreadable outcome: {error}", message.id),
-                })?;
+                let reply = outcome
+                    .decode::<Reply>()
+                    .map_err(|error| TreeError::Corrupt {
+                        tree,
+                        record: None,
+                        message: format!(
+                            "inbox message {} has an unreadable outcome: {error}",
+                            message.id
+                        ),
+                    })?;
                 return Ok(Some(Wait::Settled(reply)));
             }
             let now = self.clock.now();
@@ -346,8 +324,15 @@ impl EngineInner {
     /// live engine (its holder is gone, or the tree finished); `None` while
     /// it is. When this engine now holds the tree, the message is settled
     /// as the holder would.
-    async fn apply_if_free(self: &Arc<Self>, message: &Message, command: &Forwarded) -> Option<Reply> {
-        match self.attach(message.tree, Some(command.scope()), false).await {
+    async fn apply_if_free(
+        self: &Arc<Self>,
+        message: &Message,
+        command: &Forwarded,
+    ) -> Option<Reply> {
+        match self
+            .attach(message.tree, Some(command.scope()), false)
+            .await
+        {
             Err(TreeError::LeaseHeld { .. }) => None,
             Err(error) => Some(Reply::of_tree(&error)),
             Ok(_) => {

@@ -24,7 +24,9 @@ pub struct MessageId(String);
 
 /// A text that is not a message id.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("store.message_id.invalid: {text:?} is not a message id (1 to 128 printable ASCII characters)")]
+#[error(
+    "store.message_id.invalid: {text:?} is not a message id (1 to 128 printable ASCII characters)"
+)]
 pub struct MessageIdError {
     /// The refused text (at most 80 characters of it).
     pub text: String,

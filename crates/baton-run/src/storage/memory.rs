@@ -14,9 +14,9 @@ use crate::protocol::BoxFuture;
 use crate::payload::Payload;
 
 use super::{
-    AcquireRequest, Acquired, Append, AppendOutcome, Change, ChangeHub, Changes, Lease,
-    ListFilter, Listing, Message, MessageId, PostOutcome, Posted, Settle, SettleOutcome, Store,
-    StoreError, TreeLoad, TreeMeta,
+    AcquireRequest, Acquired, Append, AppendOutcome, Change, ChangeHub, Changes, Lease, ListFilter,
+    Listing, Message, MessageId, PostOutcome, Posted, Settle, SettleOutcome, Store, StoreError,
+    TreeLoad, TreeMeta,
 };
 
 struct Entry {
@@ -96,7 +96,11 @@ impl Entry {
     }
 
     fn post(&mut self, message: Message) -> PostOutcome {
-        match self.inbox.iter().find(|(posted, _)| posted.id == message.id) {
+        match self
+            .inbox
+            .iter()
+            .find(|(posted, _)| posted.id == message.id)
+        {
             Some((posted, _)) if posted.body == message.body => PostOutcome::Duplicate,
             Some(_) => PostOutcome::Conflict,
             None => {
