@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod api;
+mod forward;
 mod openapi;
 mod process;
 mod support;
