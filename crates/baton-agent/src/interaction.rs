@@ -12,8 +12,8 @@ use baton_run::program::{
     configuration_digest, implementation_digest,
 };
 use baton_run::{
-    Budget, Capabilities, ChildKey, Failure, Payload, Program, Settlement, SignalId, Status,
-    Termination,
+    Budget, Capabilities, ChildKey, Failure, Payload, Program, ProgramRole, Progress, Settlement,
+    SignalId, Status, Termination,
 };
 use baton_workflow::ACTIVITY_DENIED;
 use schemars::JsonSchema;
@@ -427,6 +427,10 @@ impl Definition for Interaction {
             inner: self.inner.clone(),
             state,
         }))
+    }
+
+    fn role(&self) -> ProgramRole {
+        ProgramRole::Agent
     }
 
     fn children(&self) -> Vec<Program> {
@@ -987,5 +991,32 @@ impl Execution for Run {
 
     fn snapshot(&self) -> Result<ExecutionState, StepError> {
         ExecutionState::encode(&self.state)
+    }
+
+    /// `calling the model` (iteration: the model call's number) or
+    /// `running tools` (the first tool still running, and how many are
+    /// done).
+    fn progress(&self) -> Option<Progress> {
+        let iteration = u64::from(self.state.calls);
+        match &self.state.phase {
+            Phase::Idle => None,
+            Phase::Calling => Some(Progress::phase("calling the model").with_iteration(iteration)),
+            Phase::Tools { slots } => {
+                let done = slots
+                    .iter()
+                    .filter(|slot| matches!(slot.status, SlotStatus::Done { .. }))
+                    .count();
+                let mut progress = Progress::phase("running tools")
+                    .with_iteration(iteration)
+                    .with_detail(format!("{done} of {} done", slots.len()));
+                if let Some(slot) = slots
+                    .iter()
+                    .find(|slot| !matches!(slot.status, SlotStatus::Done { .. }))
+                {
+                    progress = progress.with_tool(slot.call.name.clone());
+                }
+                Some(progress)
+            }
+        }
     }
 }

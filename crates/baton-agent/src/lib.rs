@@ -27,6 +27,9 @@
 //! - [`Adapter`]: any interaction as a typed `Program<I, O>`, a
 //!   three-stage workflow render → call → decode;
 //! - [`ScriptedModel`]: a deterministic local model for tests and demos;
+//! - [`AgentStream`]: the agent stream view, a tree's watch events
+//!   projected into `agent_start`, `token`, tool calls, handoffs,
+//!   `agent_end` and one terminal `complete` or `error`;
 //! - with the `openai` feature, `openai::OpenAiModel`: an
 //!   OpenAI-compatible Chat Completions provider over HTTP; with the
 //!   `anthropic` feature, `anthropic::AnthropicModel`: an Anthropic
@@ -49,6 +52,7 @@ mod interaction;
 mod model;
 pub mod output;
 mod scripted;
+mod stream;
 pub mod strict;
 mod tool;
 
@@ -77,4 +81,5 @@ pub use interaction::{
 pub use model::{ChatModel, Delta, DeltaFn, ModelError, ModelIdentity};
 pub use output::OutputError;
 pub use scripted::ScriptedModel;
+pub use stream::{AgentEvent, AgentRef, AgentStream};
 pub use tool::{DEFAULT_TOOL_BUDGET, Tool, ToolConfig, ToolConfigError, ToolContext, ToolError};

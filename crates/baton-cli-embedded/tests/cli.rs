@@ -311,8 +311,9 @@ fn watch_follows_a_tree_answered_by_another_process_until_it_ends() {
     assert_eq!(seqs, expected, "every fact once, in order");
     assert!(seqs.len() as u64 > head, "{events:?}");
     let last = events.last().expect("events");
-    assert_eq!(last["kind"], "step_adopted", "{last}");
-    assert_eq!(last["data"]["transition"], "complete", "{last}");
+    assert_eq!(last["kind"], "terminated", "{last}");
+    assert_eq!(last["data"]["status"], "completed", "{last}");
+    assert!(last["data"]["output"].is_string(), "{last}");
     assert_eq!(host.stored_status(&tree), TreeStatus::Done);
 }
 

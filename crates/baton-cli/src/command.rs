@@ -12,6 +12,7 @@ use clap::{Subcommand, ValueEnum};
 use crate::context::{Context, DriveArgs, WaitArgs};
 use crate::drive::settle;
 use crate::error::{CliError, Explain};
+use crate::follow::{Follow, WatchView};
 use crate::registry::LostEffect;
 use crate::{emit, render};
 
@@ -87,6 +88,10 @@ pub enum Command {
         /// plus one; default: from the first).
         #[arg(long, value_name = "SEQ", default_value_t = 1)]
         from: u64,
+        /// `events` (every event) or `agents` (the agent stream view:
+        /// agents, their tokens, tool calls and handoffs, one terminal event).
+        #[arg(long, value_enum, default_value_t = WatchView::Events)]
+        view: WatchView,
     },
     /// Answer an open wait and drive the tree until it waits or ends.
     Answer {
@@ -216,7 +221,7 @@ pub async fn run(context: &Context, command: Command) -> Result<(), CliError> {
             Ok(())
         }
         Command::Log { id, verify } => log(context, &id, verify).await,
-        Command::Watch { id, from } => watch(context, &id, from).await,
+        Command::Watch { id, from, view } => watch(context, &id, from, view).await,
         Command::Answer {
             id,
             wait,
@@ -437,7 +442,7 @@ async fn log(context: &Context, id: &str, verify: bool) -> Result<(), CliError> 
     Ok(())
 }
 
-async fn watch(context: &Context, id: &str, from: u64) -> Result<(), CliError> {
+async fn watch(context: &Context, id: &str, from: u64, view: WatchView) -> Result<(), CliError> {
     let bin = context.bin();
     let tree = tree_id(id)?;
     let store = context.open_store()?;
@@ -446,20 +451,34 @@ async fn watch(context: &Context, id: &str, from: u64) -> Result<(), CliError> {
         .watch(context.scope(), tree, from)
         .await
         .map_err(|error| error.explain(bin))?;
+    let mut follow = Follow::new(context.json(), view);
     // Following a tree changes nothing, so a signal just ends the stream.
     let stopped = context.interrupted();
     tokio::pin!(stopped);
     loop {
         let next = tokio::select! {
             next = events.next() => next,
-            _ = &mut stopped => return Ok(()),
+            _ = &mut stopped => {
+                follow.finish(None);
+                return Ok(());
+            }
         };
         match next {
-            Some(Ok(event)) => emit(&render::event(&event, context.json())),
-            Some(Err(error)) => return Err(error.explain(bin)),
-            None => return Ok(()),
+            Some(Ok(event)) => follow.event(&event),
+            Some(Err(error)) => {
+                follow.finish(None);
+                return Err(error.explain(bin));
+            }
+            None => break,
         }
     }
+    let usage = engine
+        .inspect(context.scope(), tree, Visibility::Public)
+        .await
+        .ok()
+        .map(|view| view.usage().total);
+    follow.finish(usage.as_ref());
+    Ok(())
 }
 
 async fn answer(

@@ -59,6 +59,7 @@ mod command;
 mod context;
 mod drive;
 mod error;
+mod follow;
 mod interrupt;
 mod registry;
 mod render;
@@ -73,6 +74,7 @@ use clap::{CommandFactory, Parser};
 pub use command::{Command, StatusFilter, run};
 pub use context::{Context, DriveArgs, Global, WaitArgs};
 pub use error::{CliError, Stop};
+pub use follow::WatchView;
 pub use registry::{
     DEFAULT_SCOPE, HostHooks, LostEffect, Registry, RegistryBuilder, RegistryError, Resolution,
 };

@@ -336,16 +336,7 @@ pub fn event(event: &WatchEvent, as_json: bool) -> String {
         .seq
         .map_or_else(|| "-".to_owned(), |seq| seq.to_string());
     let kind = value["kind"].as_str().unwrap_or("event");
-    let path = if event.path.is_empty() {
-        "(root)".to_owned()
-    } else {
-        event
-            .path
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("/")
-    };
+    let path = path(&event.path);
     let program = event
         .program
         .as_ref()
@@ -355,6 +346,97 @@ pub fn event(event: &WatchEvent, as_json: bool) -> String {
         data => format!("  {data}"),
     };
     format!("{seq:>5}  {kind:<18}  {path}{program}{data}\n")
+}
+
+/// A process's place: its child keys from the root joined by `/`, or
+/// `(root)`.
+pub fn path(path: &[baton::run::ChildKey]) -> String {
+    if path.is_empty() {
+        return "(root)".to_owned();
+    }
+    path.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// One event of `watch --view agents`: a JSON line, or a line for people
+/// (`▶ AGENT started`, `■ AGENT completed (USAGE)`, …); a token is its bare
+/// text, and the terminal event is left to the summary.
+pub fn agent_event(event: &baton::agent::AgentEvent, as_json: bool) -> String {
+    use baton::agent::AgentEvent;
+    if as_json {
+        return format!("{}\n", serde_json::to_value(event).unwrap_or(Value::Null));
+    }
+    let who = |agent: &baton::agent::AgentRef| match &agent.name {
+        Some(name) if agent.path.is_empty() => name.to_string(),
+        Some(name) => format!("{} {name}", path(&agent.path)),
+        None => path(&agent.path),
+    };
+    match event {
+        AgentEvent::AgentStart { agent } => format!("▶ {} started\n", who(agent)),
+        AgentEvent::Token { text, .. } => text.clone(),
+        AgentEvent::ToolCallStart { agent, tool, .. } => format!(
+            "  {} calls {}\n",
+            who(agent),
+            tool.as_ref()
+                .map_or("a tool".to_owned(), ToString::to_string)
+        ),
+        AgentEvent::ToolCallEnd { tool, status, .. } => format!(
+            "  {} {status}\n",
+            tool.as_ref()
+                .map_or("the tool".to_owned(), ToString::to_string)
+        ),
+        AgentEvent::Handoff { from, to } => format!("↪ {} hands off to {to}\n", who(from)),
+        AgentEvent::AgentEnd {
+            agent,
+            status,
+            usage,
+            ..
+        } => format!("■ {} {status} ({})\n", who(agent), usage_line(usage)),
+        // How the run ended is the summary's first line.
+        _ => String::new(),
+    }
+}
+
+/// Usage in a few words: steps, effects, then every meter.
+pub fn usage_line(usage: &baton::run::Usage) -> String {
+    let mut parts = vec![
+        format!("{} steps", usage.steps),
+        format!("{} effects", usage.effects),
+    ];
+    for (meter, amount) in &usage.meters {
+        parts.push(format!("{meter} {amount}"));
+    }
+    parts.join(", ")
+}
+
+/// The last line of `watch` for people: how the tree ended (its output,
+/// shortened, or its failure) and what it used in all.
+pub fn watch_summary(
+    ended: Option<&(
+        baton::run::Status,
+        Option<baton::run::Payload>,
+        Option<baton::run::Failure>,
+    )>,
+    usage: Option<&baton::run::Usage>,
+) -> String {
+    let mut line = match ended {
+        Some((status, Some(output), _)) => {
+            let text = output.as_str();
+            let shown: String = text.chars().take(160).collect();
+            let more = if shown.len() < text.len() { "…" } else { "" };
+            format!("{status}: {shown}{more}")
+        }
+        Some((status, None, Some(failure))) => format!("{status}: {failure}"),
+        Some((status, None, None)) => status.to_string(),
+        None => "the stream ended before the tree did".to_owned(),
+    };
+    if let Some(usage) = usage {
+        line.push_str(&format!("\nused: {}", usage_line(usage)));
+    }
+    line.push('\n');
+    line
 }
 
 /// `log`.

@@ -645,4 +645,138 @@ fn answer_from_the_command_line_reaches_a_tree_a_running_serve_holds() {
         .expect("kill runs");
     assert!(status.success());
     assert!(serving.child.wait().expect("serve exits").success());
+
+/// `watch --json` as a snapshot: each event's sequence, kind, process path,
+/// program, role and data, ids redacted.
+fn watch_snapshot(events: &[Value]) -> String {
+    events
+        .iter()
+        .map(|event| {
+            let path = event["path"]
+                .as_array()
+                .map(|keys| {
+                    keys.iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join("/")
+                })
+                .unwrap_or_default();
+            redact(&format!(
+                "{} {} {} {} {} {}\n",
+                event["seq"],
+                event["kind"].as_str().unwrap_or("?"),
+                if path.is_empty() { "(root)" } else { &path },
+                event["program"].as_str().unwrap_or("-"),
+                event["role"].as_str().unwrap_or("-"),
+                event["data"]
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn watch_prints_the_same_committed_events_for_a_running_and_a_finished_tree() {
+    let dir = Dir::new();
+    let paused: Value =
+        serde_json::from_str(dir.ok(&["demo", "--pause", "--json"]).trim()).expect("json");
+    let (tree, wait) = (
+        paused["tree"].as_str().expect("tree").to_owned(),
+        paused["wait"].as_str().expect("wait").to_owned(),
+    );
+    let head = dir.head_seq(&tree);
+    let mut watcher = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .current_dir(dir.dir.path())
+        .args(["watch", &tree, "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawns");
+    let mut lines = BufReader::new(watcher.stdout.take().expect("stdout")).lines();
+    let mut live: Vec<Value> = Vec::new();
+    while live.len() < head {
+        let line = lines.next().expect("an event").expect("reads");
+        live.push(serde_json::from_str(&line).expect("a JSON event"));
+    }
+    dir.ok(&["answer", &tree, "--wait", &wait, "\"ship it\""]);
+    for line in lines {
+        live.push(serde_json::from_str(&line.expect("reads")).expect("a JSON event"));
+    }
+    assert!(watcher.wait().expect("exits").success());
+    let live: Vec<Value> = live
+        .into_iter()
+        .filter(|event| event["durable"] == true)
+        .collect();
+    let finished = dir.json_lines(&["watch", &tree, "--json"]);
+    assert_eq!(live, finished, "the same committed events, in order");
+    assert_eq!(watch_snapshot(&finished), WATCH_SNAPSHOT);
+}
+
+/// `watch --json` of the answered pause demo (see [`watch_snapshot`]).
+const WATCH_SNAPSHOT: &str = r#"1 process_started (root) demo.pause - null
+2 step_adopted (root) demo.pause - {"step":0,"transition":"continue"}
+3 child_started team.turn.1 demo.pause_coordinator - {"parent":"p_…"}
+4 terminated team.turn.1 demo.pause_coordinator - {"output":{"mode":"wait","state":"release 1.4","tasks":[{"input":"What should the team deploy?","key":"instruction","worker":"demo.instruction"}]},"status":"completed","usage":{"effects":0,"signals":0,"steps":1}}
+5 effect_settled (root) demo.pause - {"effect":"e_…","unknown":false}
+6 step_adopted (root) demo.pause - {"step":1,"transition":"continue"}
+7 child_started instruction demo.instruction - {"parent":"p_…"}
+8 step_adopted instruction demo.instruction - {"step":0,"transition":"continue"}
+9 step_adopted instruction demo.instruction - {"step":1,"transition":"wait"}
+10 signals_admitted instruction demo.instruction - {"count":1}
+11 terminated instruction demo.instruction - {"output":{"id":"answer.w_…","payload":"ship it","wait":"w_…"},"status":"completed","usage":{"effects":1,"signals":2,"steps":3}}
+12 effect_settled (root) demo.pause - {"effect":"e_…","unknown":false}
+13 step_adopted (root) demo.pause - {"step":2,"transition":"continue"}
+14 child_started team.turn.2 demo.pause_coordinator - {"parent":"p_…"}
+15 terminated team.turn.2 demo.pause_coordinator - {"output":{"output":"release 1.4: done as instructed (ship it), answer answer.w_…","state":"release 1.4"},"status":"completed","usage":{"effects":0,"signals":0,"steps":1}}
+16 effect_settled (root) demo.pause - {"effect":"e_…","unknown":false}
+17 terminated (root) demo.pause - {"output":"release 1.4: done as instructed (ship it), answer answer.w_…","status":"completed","usage":{"effects":6,"signals":6,"steps":4}}
+"#;
+
+#[test]
+fn watch_ends_with_a_summary_and_shows_the_agent_view() {
+    let dir = Dir::new();
+    dir.ok(&["demo"]);
+    let tree = dir.json_lines(&["ps", "--json"])[0]["tree"]
+        .as_str()
+        .expect("tree")
+        .to_owned();
+    let text = dir.ok(&["watch", &tree]);
+    let lines: Vec<&str> = text.lines().collect();
+    let (summary, used) = (lines[lines.len() - 2], lines[lines.len() - 1]);
+    assert!(summary.starts_with("completed: "), "{text}");
+    assert!(summary.contains("reviewed: inspect deployment"), "{text}");
+    assert!(
+        used.starts_with("used: ") && used.contains(" steps"),
+        "{text}"
+    );
+    // Not a terminal: no status lines, nothing on stderr.
+    let output = dir.baton(&["watch", &tree]);
+    assert!(
+        output.stderr.is_empty(),
+        "{:?}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // A strategy of model agents, as the agent stream view.
+    let swarm: Value =
+        serde_json::from_str(dir.ok(&["demo", "swarm", "--json"]).trim()).expect("json");
+    let swarm_tree = swarm["tree"].as_str().expect("tree");
+    let agents = dir.json_lines(&["watch", swarm_tree, "--view", "agents", "--json"]);
+    let types: Vec<&str> = agents
+        .iter()
+        .map(|event| event["type"].as_str().expect("type"))
+        .collect();
+    assert_eq!(types.first(), Some(&"agent_start"), "{types:?}");
+    assert_eq!(types.last(), Some(&"complete"), "{types:?}");
+    assert_eq!(
+        types.iter().filter(|t| **t == "agent_start").count(),
+        types.iter().filter(|t| **t == "agent_end").count()
+    );
+    assert!(types.contains(&"handoff"), "{types:?}");
+    assert_eq!(
+        types
+            .iter()
+            .filter(|t| **t == "complete" || **t == "error")
+            .count(),
+        1
+    );
 }

@@ -252,6 +252,17 @@ impl Usage {
             Dimension::Meter(name) => self.meters.get(name).copied().unwrap_or(0),
         }
     }
+
+    /// Adds `more` to this usage, dimension by dimension (saturating).
+    pub fn add(&mut self, more: &Usage) {
+        self.steps = self.steps.saturating_add(more.steps);
+        self.effects = self.effects.saturating_add(more.effects);
+        self.signals = self.signals.saturating_add(more.signals);
+        for (meter, amount) in &more.meters {
+            let sum = self.meters.entry(meter.clone()).or_insert(0);
+            *sum = sum.saturating_add(*amount);
+        }
+    }
 }
 
 /// A sorted set of capability names; meaningless to the kernel except that

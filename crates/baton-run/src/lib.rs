@@ -53,6 +53,7 @@ mod failure;
 mod ids;
 mod labels;
 pub mod log;
+mod observe;
 mod payload;
 mod pieces;
 mod protocol;
@@ -63,11 +64,11 @@ pub use budget::{Budget, Capabilities, Dimension, Meters, Quota, TreeLimits, Usa
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use digest::{Digest, DigestParseError};
 pub use engine::{
-    Condition, ConfigError, ControlError, EffectView, Engine, EngineConfig, Event, EventKind,
-    Events, EventsError, IdentityPart, OutputError, ProcessHandle, ProcessView, RecoverOptions,
-    RuntimeError, SignalError, SignalReceipt, SignalRequest, Sleep, StartError, StartRequest,
-    Started, TreeCapture, TreeError, TreeView, Verification, VersionMismatch, Visibility, WaitView,
-    Watch, WatchEvent, WatchKind,
+    Condition, ConfigError, ControlError, EffectView, Ended, Engine, EngineConfig, Event,
+    EventKind, Events, EventsError, IdentityPart, LiveProgress, OutputError, ProcessHandle,
+    ProcessView, RecoverOptions, RuntimeError, SignalError, SignalReceipt, SignalRequest, Sleep,
+    StartError, StartRequest, Started, TreeCapture, TreeError, TreeView, Verification,
+    VersionMismatch, Visibility, WaitView, Watch, WatchEvent, WatchKind,
 };
 pub use engine::{ProcessUsage, ProgramUsage, UsageReport};
 pub use failure::{Cause, Failure, FailureKind, Status, Termination};
@@ -79,7 +80,9 @@ pub use labels::{
     LabelError, LabelKey, Labels, MAX_LABEL_KEY_BYTES, MAX_LABEL_VALUE_BYTES, MAX_LABELS,
 };
 pub use payload::{Payload, PayloadError};
-pub use protocol::{BoxFuture, Program, ProgramRef, ProgramVersion, Settlement};
+pub use protocol::{
+    BoxFuture, Program, ProgramRef, ProgramRole, ProgramVersion, Progress, Settlement,
+};
 pub use storage::MemoryStore;
 
 /// What a program's author implements and returns: the step protocol

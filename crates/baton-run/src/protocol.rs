@@ -16,6 +16,7 @@ use crate::descriptor::{Descriptor, Schema};
 use crate::digest::{Digest, Purpose};
 use crate::failure::{Failure, StepError};
 use crate::ids::{ChildKey, EffectId, Name, ProcessId, SignalId, WaitId};
+pub use crate::observe::{ProgramRole, Progress};
 use crate::payload::Payload;
 
 /// A boxed, sendable future.
@@ -60,6 +61,13 @@ pub trait Definition: Send + Sync + 'static {
     fn children(&self) -> Vec<Program> {
         Vec::new()
     }
+
+    /// What the program is to people watching a run (never part of its
+    /// identity): an agent's events are projected into an agent stream,
+    /// a tool's into tool calls of the agent that started it.
+    fn role(&self) -> ProgramRole {
+        ProgramRole::Program
+    }
 }
 
 /// The private state of one process. A step is pure: no I/O, no clock, no
@@ -70,6 +78,13 @@ pub trait Execution: Send + 'static {
 
     /// The state to record; must restore through the definition.
     fn snapshot(&self) -> Result<ExecutionState, StepError>;
+
+    /// What the process is doing now, read by the engine after each
+    /// committed step and published when it changed (a pure function of
+    /// the execution's state; `None`, the default, publishes nothing).
+    fn progress(&self) -> Option<Progress> {
+        None
+    }
 }
 
 /// What a step decided. Each variant says how many leading signals of the
@@ -482,11 +497,19 @@ impl Cancellation {
     }
 }
 
+/// Something a dispatch reports while it runs: never in the log.
+pub(crate) enum Live {
+    /// A delta (e.g. model tokens).
+    Delta(Payload),
+    /// The dispatch's progress.
+    Progress(Progress),
+}
+
 /// Sends non-durable progress (e.g. model tokens) to the engine's event
 /// stream. Deltas never enter the log.
 #[derive(Clone)]
 pub struct DeltaSink {
-    pub(crate) emit: Arc<dyn Fn(Payload) + Send + Sync>,
+    pub(crate) emit: Arc<dyn Fn(Live) + Send + Sync>,
 }
 
 impl DeltaSink {
@@ -499,7 +522,13 @@ impl DeltaSink {
 
     /// Emits one delta.
     pub fn emit(&self, delta: Payload) {
-        (self.emit)(delta);
+        (self.emit)(Live::Delta(delta));
+    }
+
+    /// Reports the dispatch's progress: it becomes its process's latest
+    /// progress (stamped with the engine's clock) and a non-durable event.
+    pub fn progress(&self, progress: Progress) {
+        (self.emit)(Live::Progress(progress));
     }
 }
 

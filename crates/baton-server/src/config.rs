@@ -196,6 +196,10 @@ pub enum ServeError {
     /// The HTTP server failed while serving.
     #[error("serve.http.failed: {0}")]
     Http(std::io::Error),
+    /// The console's CSRF key could not be drawn from the operating
+    /// system's random source.
+    #[error("serve.secret.failed: cannot draw the console's CSRF key: {0}")]
+    Secret(getrandom::Error),
     /// The signal handlers could not be installed.
     #[error("serve.signal.failed: cannot install the SIGINT/SIGTERM handlers: {0}")]
     Signal(std::io::Error),
@@ -211,6 +215,7 @@ impl ServeError {
             ServeError::Listen { .. } => "serve.listen.failed",
             ServeError::Http(_) => "serve.http.failed",
             ServeError::Signal(_) => "serve.signal.failed",
+            ServeError::Secret(_) => "serve.secret.failed",
         }
     }
 }

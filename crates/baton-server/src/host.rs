@@ -20,6 +20,7 @@ use tokio::sync::{OwnedSemaphorePermit, RwLock, RwLockReadGuard, Semaphore, watc
 use tokio::task::JoinSet;
 
 use crate::config::WakeSource;
+use crate::console::auth::CsrfKey;
 use crate::tokens::Tokens;
 
 /// The host is shutting down (or never got an engine): no new work.
@@ -42,6 +43,8 @@ pub(crate) struct Host {
     /// The tasks that hold trees' handles and permits.
     drivers: Mutex<JoinSet<()>>,
     pub(crate) tokens: Tokens,
+    /// The key of the console's CSRF tokens, drawn when the host starts.
+    pub(crate) csrf: CsrfKey,
     pub(crate) max_wait: Duration,
 }
 
@@ -50,6 +53,7 @@ impl Host {
         engine: Engine,
         store: Arc<dyn Store>,
         tokens: Tokens,
+        csrf: CsrfKey,
         max_running: usize,
         max_wait: Duration,
     ) -> Host {
@@ -63,6 +67,7 @@ impl Host {
             skipped: Mutex::new(BTreeSet::new()),
             drivers: Mutex::new(JoinSet::new()),
             tokens,
+            csrf,
             max_wait,
         }
     }

@@ -19,6 +19,15 @@
 //! a 404, exactly as a missing tree. Errors are problem documents
 //! ([`api::problem::Problem`]) carrying Baton's stable failure code.
 //!
+//! The same router serves a web console at `/`: server-rendered pages
+//! (maud templates compiled into the crate, with an embedded stylesheet
+//! and one small script) to see a scope's trees and a tree's processes,
+//! budgets, usage and log as they change, and to answer waits through
+//! forms generated from their answer schemas, cancel, resolve unknown
+//! effects and verify a log. It signs in with an API token kept in an
+//! `HttpOnly`, `SameSite=Strict` cookie, which the API and the event stream
+//! accept too, and checks a CSRF token on every form post.
+//!
 //! Who should depend on it: the `baton` command line (its `serve`
 //! subcommand) and applications that host their own registry. It depends
 //! on the `baton` facade only among workspace crates, as an application
@@ -48,6 +57,7 @@
 
 pub mod api;
 mod config;
+mod console;
 mod host;
 mod tokens;
 
@@ -100,10 +110,12 @@ impl Server {
             ),
             None => None,
         };
+        let csrf = console::auth::CsrfKey::random().map_err(ServeError::Secret)?;
         let host = Arc::new(Host::new(
             engine,
             store,
             config.tokens,
+            csrf,
             config.max_running,
             config.max_wait,
         ));

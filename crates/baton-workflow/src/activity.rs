@@ -25,7 +25,7 @@ use baton_run::program::{
 };
 use baton_run::{
     BoxFuture, Capabilities, ChildKey, Clock, Digest, EffectId, Failure, FailureKind, Meters, Name,
-    Payload, ProcessId, Program, Settlement, WaitId,
+    Payload, ProcessId, Program, ProgramRole, Progress, Settlement, WaitId,
 };
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -177,6 +177,12 @@ impl ActivityContext {
     /// Where to report progress (engine events; never logged).
     pub fn deltas(&self) -> &DeltaSink {
         &self.deltas
+    }
+
+    /// Reports what the call is doing now (`"12 of 40 files"`): its
+    /// process's latest progress and a non-durable event, never logged.
+    pub fn progress(&self, progress: Progress) {
+        self.deltas.progress(progress);
     }
 }
 
@@ -418,6 +424,10 @@ impl Definition for ActivityDefinition {
         }))
     }
 
+    fn role(&self) -> ProgramRole {
+        ProgramRole::Tool
+    }
+
     fn restore(&self, state: &ExecutionState) -> Result<Box<dyn Execution>, StepError> {
         let state: State = state.decode()?;
         let approval = self.0.config.approval == Approval::Required;
@@ -539,6 +549,16 @@ impl Execution for Run {
 
     fn snapshot(&self) -> Result<ExecutionState, StepError> {
         ExecutionState::encode(&self.state)
+    }
+
+    /// Waiting for its approval, or running its call (its function may
+    /// report finer progress through its context).
+    fn progress(&self) -> Option<Progress> {
+        match self.state.phase {
+            Phase::Start => None,
+            Phase::Asking | Phase::Waiting { .. } => Some(Progress::phase("waiting for approval")),
+            Phase::Calling => Some(Progress::phase("running")),
+        }
     }
 }
 

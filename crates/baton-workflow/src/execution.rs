@@ -7,7 +7,7 @@ use baton_run::program::{
     StepError, Transition,
 };
 use baton_run::{
-    ChildKey, Failure, FailureKind, Payload, ProcessId, Settlement, Status, Termination,
+    ChildKey, Failure, FailureKind, Payload, ProcessId, Progress, Settlement, Status, Termination,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -772,6 +772,28 @@ impl Execution for Run {
 
     fn snapshot(&self) -> Result<ExecutionState, StepError> {
         ExecutionState::encode(&self.state)
+    }
+
+    /// The running stage by id (iteration: its number from 1, or a loop's
+    /// iteration), with how many of its children are done.
+    fn progress(&self) -> Option<Progress> {
+        let stage = self.inner.stages.get(self.state.stage)?;
+        let mut progress = Progress::phase(format!("stage {}", stage.id));
+        match &self.state.batch {
+            Some(batch) if batch.iteration > 0 => {
+                progress = progress.with_iteration(u64::from(batch.iteration));
+            }
+            _ => progress = progress.with_iteration(self.state.stage as u64 + 1),
+        }
+        if let Some(batch) = &self.state.batch {
+            let running = running(batch).len();
+            progress = progress.with_detail(format!(
+                "{} of {} children done",
+                batch.slots.len() - running,
+                batch.slots.len()
+            ));
+        }
+        Some(progress)
     }
 }
 

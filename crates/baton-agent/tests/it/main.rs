@@ -10,6 +10,7 @@ mod common;
 mod interaction;
 #[cfg(feature = "openai")]
 mod openai;
+mod stream;
 mod strict;
 mod tools;
 #[cfg(any(feature = "openai", feature = "anthropic"))]

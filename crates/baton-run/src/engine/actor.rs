@@ -12,6 +12,8 @@
 //! how a tree starts, sleeps and wakes in `lifecycle.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
+
+mod live;
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
@@ -20,10 +22,10 @@ use tracing::Instrument;
 use crate::clock::Timestamp;
 use crate::ids::{EffectId, ProcessId, TreeId};
 use crate::log::{Record, RecordBody};
-use crate::protocol::{ChildOutcome, Execution, Program, Signal, SignalBody, Transition};
+use crate::protocol::{ChildOutcome, Execution, Program, Signal, SignalBody};
 use crate::storage::{Append, AppendOutcome};
 
-use super::dispatch::{Completion, DispatchJob, Dispatches, Launch, launch};
+use super::dispatch::{Completion, DispatchJob, Dispatches};
 use super::error::{ControlError, RuntimeError, SignalError};
 use super::lifecycle::{Owner, Sleeper, SnapshotPace};
 pub(crate) use super::mailbox::{Channels, Command};
@@ -89,6 +91,11 @@ pub(super) struct Actor {
     draining: bool,
     /// Told once no dispatch is in flight any more while draining.
     drained: Option<oneshot::Sender<()>>,
+    /// When the last commit was made (or the task started): the idle
+    /// alarm counts from it.
+    last_commit: Timestamp,
+    /// The idle alarm rang since the last commit.
+    idle_told: bool,
 }
 
 impl Actor {
@@ -126,6 +133,8 @@ impl Actor {
             channels,
             draining: false,
             drained: None,
+            last_commit: now,
+            idle_told: false,
         }
     }
 
@@ -219,6 +228,7 @@ impl Actor {
                 (a, b) => a.or(b),
             };
             let renew_at = self.renew_at;
+            let idle_at = self.idle_alarm_at();
             let clock = self.engine.clock.clone();
             tokio::select! {
                 biased;
@@ -236,6 +246,9 @@ impl Actor {
                     if !self.renew_lease().await {
                         return;
                     }
+                }
+                () = clock.sleep_until(idle_at.unwrap_or(Timestamp(u64::MAX))), if idle_at.is_some() => {
+                    self.ring_idle_alarm();
                 }
             }
         }
@@ -669,6 +682,7 @@ impl Actor {
                 self.stage(stepped.record);
                 if let Some(execution) = stepped.keep {
                     self.executions.insert(id, execution);
+                    self.step_progress(id);
                 }
                 true
             }
@@ -704,7 +718,8 @@ impl Actor {
         // One pass over the processes gives the listing status and what
         // hosts awaiting a condition read once the commit is published.
         let (status, reached) = self.state.summary(seq);
-        let meta = self.state.meta_with(self.engine.clock.now(), status);
+        let now = self.engine.clock.now();
+        let meta = self.state.meta_with(now, status);
         let pace = &mut self.owner.snapshots;
         pace.records += bodies.len() as u64;
         pace.bytes += written;
@@ -730,6 +745,7 @@ impl Actor {
             outcome.map(|outcomes| outcomes.first().copied().unwrap_or(AppendOutcome::Fenced)),
         )?;
         self.released = release;
+        (self.last_commit, self.idle_told) = (now, false);
         let first = self.owner.head_seq + 1;
         self.owner.head_seq = seq;
         self.owner.head = prev;
@@ -746,85 +762,6 @@ impl Actor {
             self.snapshot().await?;
         }
         Ok(())
-    }
-
-    fn emit(&self, process: ProcessId, kind: EventKind) {
-        // Nobody listens: skip computing the path.
-        if self.engine.events.receiver_count() == 0 {
-            return;
-        }
-        let _ = self.engine.events.send(Event {
-            tree: self.tree,
-            process,
-            path: self.state.path(process),
-            program: self
-                .state
-                .processes
-                .get(&process)
-                .map(|p| p.program.name.clone()),
-            kind,
-        });
-    }
-
-    /// Emits committed events and publishes new terminations and drains to handles.
-    fn publish(&self, first: u64, bodies: &[RecordBody], reached: super::shared::Reached) {
-        let mut terminated = Vec::new();
-        for (offset, body) in bodies.iter().enumerate() {
-            let seq = first + offset as u64;
-            let (process, kind) = EventKind::of(seq, body);
-            let ended_by_step = matches!(
-                body,
-                RecordBody::StepAdopted {
-                    transition: Transition::Complete { .. } | Transition::Fail { .. },
-                    ..
-                }
-            );
-            let ended = ended_by_step || matches!(body, RecordBody::Terminated { .. });
-            self.emit(process, kind);
-            if ended && let Some(termination) = &self.state.processes[&process].termination {
-                if ended_by_step {
-                    self.emit(
-                        process,
-                        EventKind::Terminated {
-                            seq,
-                            status: termination.status(),
-                        },
-                    );
-                }
-                terminated.push((process, termination.clone()));
-            }
-        }
-        if terminated.is_empty() {
-            self.owner.outcome.modify(|o| o.reached = reached);
-            return;
-        }
-        // Only a terminated process or one of its ancestors can have drained now.
-        let mut candidates = BTreeSet::new();
-        for (process, _) in &terminated {
-            let mut next = Some(*process);
-            while let Some(id) = next {
-                if !candidates.insert(id) {
-                    break;
-                }
-                next = self.state.processes[&id].parent;
-            }
-        }
-        let drained: Vec<ProcessId> = {
-            let outcome = self.owner.outcome.read();
-            candidates
-                .into_iter()
-                .filter(|id| !outcome.drained.contains(id) && self.state.drained(*id))
-                .collect()
-        };
-        for id in &drained {
-            let status = self.state.processes[id].status;
-            self.emit(*id, EventKind::Drained { status });
-        }
-        self.owner.outcome.modify(|o| {
-            o.terminations.extend(terminated);
-            o.drained.extend(drained);
-            o.reached = reached;
-        });
     }
 
     async fn snapshot(&mut self) -> Result<(), RuntimeError> {
@@ -877,12 +814,14 @@ impl Actor {
 
     fn flush_after(&mut self) {
         for reply in std::mem::take(&mut self.inspects) {
-            let _ = reply.send(Ok(TreeView::of(
+            let mut view = TreeView::of(
                 &self.state,
                 self.owner.head_seq,
                 self.owner.head,
                 Visibility::Public,
-            )));
+            );
+            self.shared.progress.overlay(&mut view);
+            let _ = reply.send(Ok(view));
         }
         for action in std::mem::take(&mut self.after) {
             match action {
@@ -890,38 +829,6 @@ impl Actor {
                 After::Dispatch(job) => self.launch(job),
             }
         }
-    }
-
-    fn launch(&self, job: DispatchJob) {
-        let Some(dispatcher) = self
-            .programs
-            .get(&job.process)
-            .and_then(|p| p.dispatcher())
-            .cloned()
-        else {
-            return;
-        };
-        // Deltas name their process's place only when someone listens.
-        let (path, program) = if self.engine.events.receiver_count() == 0 {
-            (Vec::new(), None)
-        } else {
-            (
-                self.state.path(job.process),
-                self.state
-                    .processes
-                    .get(&job.process)
-                    .map(|p| p.program.name.clone()),
-            )
-        };
-        let to = Launch {
-            tree: self.tree,
-            path,
-            program,
-            events: self.engine.events.clone(),
-            clock: self.engine.clock.clone(),
-            completions: self.channels.completion_sender.clone(),
-        };
-        launch(job, dispatcher, to);
     }
 
     fn stop(&mut self, error: RuntimeError) {

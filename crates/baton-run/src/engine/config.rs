@@ -59,6 +59,13 @@ pub struct EngineConfig {
     /// (the command is posted to the tree's inbox; see
     /// `TreeError::ForwardTimeout`).
     pub forward_timeout: Duration,
+    /// The idle alarm: a tree whose owner task runs (work in flight, a
+    /// backoff, a deadline) but commits nothing for this long while no
+    /// wait of it is open for a person gets one non-durable
+    /// [`EventKind::Idle`](super::EventKind::Idle) event (and a warning in
+    /// the log), again after each later commit. Not a failure. `None`
+    /// (the default) rings no alarm.
+    pub idle_alarm: Option<Duration>,
 }
 
 impl EngineConfig {
@@ -78,6 +85,7 @@ impl EngineConfig {
             limits: TreeLimits::default(),
             sleep: Sleep::default(),
             forward_timeout: Duration::from_secs(30),
+            idle_alarm: None,
         }
     }
 
@@ -98,6 +106,9 @@ impl EngineConfig {
         }
         if self.event_capacity == 0 {
             return zero("event_capacity");
+        }
+        if self.idle_alarm.is_some_and(|alarm| alarm.is_zero()) {
+            return zero("idle_alarm");
         }
         if self.limits.max_processes == 0 {
             return zero("limits.max_processes");

@@ -16,7 +16,7 @@ use crate::budget::Meters;
 use crate::clock::Clock;
 use crate::ids::{EffectId, ProcessId, TreeId};
 use crate::payload::Payload;
-use crate::protocol::{Cancellation, DeltaSink, DispatchCall, Dispatcher, Settlement};
+use crate::protocol::{Cancellation, DeltaSink, DispatchCall, Dispatcher, Live, Settlement};
 
 use super::round::{Flights, panic_failure};
 use super::view::{Event, EventKind};
@@ -162,6 +162,8 @@ pub(super) struct Launch {
     pub events: broadcast::Sender<Event>,
     pub clock: Arc<dyn Clock>,
     pub completions: mpsc::UnboundedSender<Box<Completion>>,
+    /// The tree's progress board, for the dispatch's progress reports.
+    pub progress: Arc<super::progress::Board>,
 }
 
 /// Launches one dispatch on a task of its own; its settlement (an
@@ -171,6 +173,7 @@ pub(super) fn launch(job: DispatchJob, dispatcher: Arc<dyn Dispatcher>, to: Laun
     let (tree, process, effect) = (to.tree, job.process, job.effect);
     let events = to.events;
     let (path, program) = (to.path, to.program);
+    let (board, clock) = (to.progress, to.clock.clone());
     let call = DispatchCall {
         effect,
         process,
@@ -178,13 +181,20 @@ pub(super) fn launch(job: DispatchJob, dispatcher: Arc<dyn Dispatcher>, to: Laun
         reserve: job.reserve,
         attempt: job.try_number,
         deltas: DeltaSink {
-            emit: Arc::new(move |delta| {
+            emit: Arc::new(move |live| {
+                let kind = match live {
+                    Live::Delta(delta) => EventKind::Delta { effect, delta },
+                    Live::Progress(progress) => match board.note(process, progress, clock.now()) {
+                        Some(progress) => EventKind::Progress { progress },
+                        None => return,
+                    },
+                };
                 let _ = events.send(Event {
                     tree,
                     process,
                     path: path.clone(),
                     program: program.clone(),
-                    kind: EventKind::Delta { effect, delta },
+                    kind,
                 });
             }),
         },

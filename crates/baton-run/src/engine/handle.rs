@@ -358,7 +358,9 @@ impl<O> ProcessHandle<O> {
                     .await
                     .map_err(TreeError::from)?;
                 let (state, seq, head) = self.engine.checked_fold(self.shared.tree, &load, None)?;
-                Ok(TreeView::of(&state, seq, head, Visibility::Public))
+                let mut view = TreeView::of(&state, seq, head, Visibility::Public);
+                self.shared.progress.overlay(&mut view);
+                Ok(view)
             }
             other => other,
         }

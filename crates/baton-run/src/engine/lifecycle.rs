@@ -238,6 +238,7 @@ pub(super) fn finished(engine: &Arc<EngineInner>, state: &TreeState) -> Arc<Tree
         input: root.input,
         door: Mutex::new(Door::Closed),
         outcome,
+        progress: super::progress::Board::shared(),
     });
     if let Ok(mut trees) = engine.trees.lock() {
         trees.insert(state.root, Arc::downgrade(&shared));
@@ -280,6 +281,7 @@ fn prepare(
         input: root.input,
         door: Mutex::new(Door::Closed),
         outcome: outcome_receiver,
+        progress: super::progress::Board::shared(),
     });
     let owner = Owner {
         token,

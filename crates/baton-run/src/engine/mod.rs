@@ -30,6 +30,7 @@ mod inbox;
 mod lease;
 mod lifecycle;
 mod mailbox;
+mod progress;
 mod round;
 mod shared;
 mod spare;
@@ -62,7 +63,8 @@ pub use handle::{Condition, ProcessHandle, Started};
 pub use usage::{ProcessUsage, ProgramUsage, UsageReport};
 pub use version::{IdentityPart, VersionMismatch};
 pub use view::{
-    EffectView, Event, EventKind, ProcessView, TreeCapture, TreeView, Visibility, WaitView,
+    EffectView, Ended, Event, EventKind, LiveProgress, ProcessView, TreeCapture, TreeView,
+    Visibility, WaitView,
 };
 pub use watch::{Watch, WatchEvent, WatchKind};
 
@@ -235,6 +237,7 @@ pub(crate) struct EngineInner {
     snapshot_every: u64,
     limits: TreeLimits,
     sleep: Sleep,
+    idle_alarm: Option<Duration>,
     trees: Mutex<BTreeMap<TreeId, Weak<TreeShared>>>,
     /// The trees being started or taken up right now, each with the signal
     /// its guard gives when it is done, so concurrent calls on one tree in
@@ -365,6 +368,15 @@ impl EngineInner {
         self.closing.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// The role of the newest registered program of this name (a program
+    /// this engine does not run is a plain one).
+    fn role(&self, program: Option<&Name>) -> crate::protocol::ProgramRole {
+        program
+            .and_then(|name| self.registry.newest(name))
+            .map(|program| program.definition().role())
+            .unwrap_or_default()
+    }
+
     fn live(&self, tree: TreeId) -> Option<Arc<TreeShared>> {
         let mut trees = self.trees.lock().ok()?;
         match trees.get(&tree).and_then(Weak::upgrade) {
@@ -399,6 +411,7 @@ impl Engine {
                 snapshot_every: config.snapshot_every,
                 limits: config.limits,
                 sleep: config.sleep,
+                idle_alarm: config.idle_alarm,
                 trees: Mutex::new(BTreeMap::new()),
                 guards: Mutex::new(BTreeMap::new()),
                 leases: Mutex::new(BTreeMap::new()),
@@ -597,7 +610,11 @@ impl Engine {
     ) -> Result<TreeView, TreeError> {
         let load = self.inner.store.load(tree).await?;
         let (state, head_seq, head) = self.inner.checked_fold(tree, &load, Some(scope))?;
-        Ok(TreeView::of(&state, head_seq, head, visibility))
+        let mut view = TreeView::of(&state, head_seq, head, visibility);
+        if let Some(live) = self.inner.live(tree) {
+            live.progress.overlay(&mut view);
+        }
+        Ok(view)
     }
 
     /// Verifies everything the store keeps of a tree: the hash chain of

@@ -126,6 +126,8 @@ pub(crate) struct TreeShared {
     /// How commands reach the tree's owner task.
     pub(super) door: Mutex<Door>,
     pub(super) outcome: Arc<Published>,
+    /// The latest progress of its live processes (never logged).
+    pub(super) progress: Arc<super::progress::Board>,
 }
 
 impl TreeShared {

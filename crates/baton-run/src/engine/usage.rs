@@ -51,17 +51,6 @@ pub struct ProgramUsage {
     pub usage: Usage,
 }
 
-/// Adds `more` to `total`, saturating.
-fn add(total: &mut Usage, more: &Usage) {
-    total.steps = total.steps.saturating_add(more.steps);
-    total.effects = total.effects.saturating_add(more.effects);
-    total.signals = total.signals.saturating_add(more.signals);
-    for (meter, amount) in &more.meters {
-        let sum = total.meters.entry(meter.clone()).or_insert(0);
-        *sum = sum.saturating_add(*amount);
-    }
-}
-
 impl TreeView {
     /// Usage by agent: what each process used, itself and with its
     /// subtree, and the roll-up by program name.
@@ -102,16 +91,16 @@ impl TreeView {
                 .and_then(|p| index.get(p))
             {
                 let below = rows[at].subtree.clone();
-                add(&mut rows[up].subtree, &below);
+                rows[up].subtree.add(&below);
             }
         }
         let mut total = Usage::default();
         let mut programs: BTreeMap<Name, ProgramUsage> = BTreeMap::new();
         for row in &rows {
-            add(&mut total, &row.own);
+            total.add(&row.own);
             let program = programs.entry(row.program.clone()).or_default();
             program.processes += 1;
-            add(&mut program.usage, &row.own);
+            program.usage.add(&row.own);
         }
         UsageReport {
             tree: self.tree,

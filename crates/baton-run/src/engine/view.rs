@@ -90,6 +90,30 @@ pub struct ProcessView {
     pub mailbox: usize,
     /// How it ended, once terminal.
     pub termination: Option<Termination>,
+    /// What it is doing now, as last reported ([`crate::Progress`]): only
+    /// in the view of a tree this engine runs (progress is never logged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<LiveProgress>,
+}
+
+/// A process's latest progress, stamped when the engine received it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct LiveProgress {
+    /// The progress.
+    #[serde(flatten)]
+    pub progress: crate::protocol::Progress,
+    /// When it was reported (engine clock).
+    pub at: Timestamp,
+}
+
+/// How a process ended and what it used, carried by a
+/// [`EventKind::Terminated`] event when someone listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ended {
+    /// Its termination (status, output or failure).
+    pub termination: Termination,
+    /// What the process itself used (its children's use is theirs).
+    pub usage: Usage,
 }
 
 /// An effect in a [`ProcessView`].
@@ -237,6 +261,7 @@ impl ProcessView {
             waiting_on: process.waiting,
             mailbox: process.mailbox.len(),
             termination: process.termination.clone(),
+            progress: None,
         }
     }
 }
@@ -338,6 +363,9 @@ pub enum EventKind {
         seq: u64,
         /// Its terminal status.
         status: Status,
+        /// How it ended and what it used (filled in by the engine when
+        /// someone listens).
+        ended: Option<std::sync::Arc<Ended>>,
     },
     /// A child was published with its parent's receipt; the event concerns the child.
     ChildStarted {
@@ -364,6 +392,18 @@ pub enum EventKind {
         effect: EffectId,
         /// The delta.
         delta: Payload,
+    },
+    /// Non-durable: what a process is doing now (a step's or a
+    /// dispatch's [`crate::Progress`]).
+    Progress {
+        /// The progress, stamped.
+        progress: LiveProgress,
+    },
+    /// Non-durable: nothing was committed since `since` while the tree was
+    /// not waiting on a person (the engine's idle alarm; not a failure).
+    Idle {
+        /// The last commit (engine clock).
+        since: Timestamp,
     },
     /// The tree's writer stopped without a result (storage failure or fencing).
     Stopped {
@@ -483,6 +523,7 @@ impl EventKind {
                 EventKind::Terminated {
                     seq,
                     status: termination.status(),
+                    ended: None,
                 },
             ),
         }

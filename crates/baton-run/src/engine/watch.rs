@@ -11,17 +11,21 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
+use crate::budget::Usage;
 use crate::clock::Timestamp;
-use crate::failure::Status;
+use crate::failure::{Failure, Status};
 use crate::ids::{ChildKey, EffectId, Name, ProcessId, Scope, TreeId};
+use crate::log::RecordBody;
 use crate::payload::Payload;
+use crate::protocol::{ProgramRole, Transition};
 
 use crate::storage::{Change, Changes};
 
 use super::EngineInner;
 use super::error::TreeError;
+use super::state::TreeState;
 use super::state::replay;
-use super::view::{Event, EventKind};
+use super::view::{Event, EventKind, LiveProgress};
 
 /// How often a watch reads the store again for a tree no writer in this
 /// engine runs (another process may be writing it), when the store sends
@@ -32,7 +36,7 @@ const STORE_RECHECK: Duration = Duration::from_secs(1);
 /// is stable: `seq` (the log sequence of a committed fact, absent for a
 /// non-durable event), `durable`, `tree`, `process`, `path` (child keys
 /// from the root), `program` (the process's program name), `kind` and the
-/// kind's `data`.
+/// kind's `data`; `role` when the program is an agent or a tool.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct WatchEvent {
     /// The log sequence of a committed fact; `None` for a non-durable event.
@@ -52,6 +56,10 @@ pub struct WatchEvent {
     /// The process's program name, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program: Option<Name>,
+    /// What the process's program is to people watching (left out for a
+    /// plain program): agents and tools are what an agent stream shows.
+    #[serde(default, skip_serializing_if = "ProgramRole::is_program")]
+    pub role: ProgramRole,
     /// What happened.
     #[serde(flatten)]
     pub kind: WatchKind,
@@ -69,11 +77,12 @@ pub enum WatchKind {
         /// The parent.
         parent: ProcessId,
     },
-    /// A step was adopted.
+    /// A step was adopted (a step that ends its process is reported as
+    /// `terminated`).
     StepAdopted {
         /// The step's number.
         step: u64,
-        /// `continue`, `wait`, `complete` or `fail`.
+        /// `continue` or `wait`.
         transition: String,
     },
     /// A dispatch became pending (durably, before any I/O).
@@ -114,10 +123,30 @@ pub enum WatchKind {
         /// `signal` or `cancel`.
         control: String,
     },
-    /// The process terminated.
+    /// The process terminated (by its last step, or by the engine).
     Terminated {
         /// Its terminal status.
         status: Status,
+        /// Its output, when it completed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<Payload>,
+        /// Its failure, when it failed or was canceled.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure: Option<Failure>,
+        /// What the process itself used (each child reports its own).
+        usage: Usage,
+    },
+    /// Non-durable: what the process is doing now.
+    Progress {
+        /// The progress and when it was reported.
+        #[serde(flatten)]
+        progress: LiveProgress,
+    },
+    /// Non-durable: the tree committed nothing since `since` while not
+    /// waiting on a person (the engine's idle alarm; not a failure).
+    Idle {
+        /// The last commit (engine clock).
+        since: Timestamp,
     },
     /// Non-durable: progress of a dispatch (e.g. model tokens).
     Delta {
@@ -161,6 +190,11 @@ impl WatchKind {
     fn of(kind: &EventKind) -> Option<(Option<u64>, WatchKind)> {
         Some(match kind {
             EventKind::ProcessStarted { seq } => (Some(*seq), WatchKind::ProcessStarted),
+            // The step that ended its process is reported by its `Terminated`.
+            EventKind::StepAdopted {
+                transition: "complete" | "fail",
+                ..
+            } => return None,
             EventKind::StepAdopted {
                 seq,
                 step,
@@ -206,9 +240,25 @@ impl WatchKind {
                 (Some(*seq), WatchKind::SignalsAdmitted { count: *count })
             }
             EventKind::CancelRequested { seq } => (Some(*seq), WatchKind::CancelRequested),
-            EventKind::Terminated { seq, status } => {
-                (Some(*seq), WatchKind::Terminated { status: *status })
-            }
+            EventKind::Terminated { seq, status, ended } => (
+                Some(*seq),
+                match ended {
+                    Some(ended) => WatchKind::ended(&ended.termination, &ended.usage),
+                    None => WatchKind::Terminated {
+                        status: *status,
+                        output: None,
+                        failure: None,
+                        usage: Usage::default(),
+                    },
+                },
+            ),
+            EventKind::Progress { progress } => (
+                None,
+                WatchKind::Progress {
+                    progress: progress.clone(),
+                },
+            ),
+            EventKind::Idle { since } => (None, WatchKind::Idle { since: *since }),
             EventKind::ChildStarted { seq, parent } => {
                 (Some(*seq), WatchKind::ChildStarted { parent: *parent })
             }
@@ -240,6 +290,31 @@ impl WatchKind {
             ),
             EventKind::Drained { .. } => return None,
         })
+    }
+
+    fn ended(termination: &crate::failure::Termination, usage: &Usage) -> WatchKind {
+        WatchKind::Terminated {
+            status: termination.status(),
+            output: termination.output().cloned(),
+            failure: termination.failure().cloned(),
+            usage: usage.clone(),
+        }
+    }
+
+    /// The `terminated` event of a record that ended `process`, read from
+    /// the state the record left.
+    fn ended_by(body: &RecordBody, state: &TreeState, process: ProcessId) -> Option<WatchKind> {
+        let ends = matches!(
+            body,
+            RecordBody::Terminated { .. }
+                | RecordBody::StepAdopted {
+                    transition: Transition::Complete { .. } | Transition::Fail { .. },
+                    ..
+                }
+        );
+        let process = state.processes.get(&process).filter(|_| ends)?;
+        let termination = process.termination.as_ref()?;
+        Some(WatchKind::ended(termination, &process.usage))
     }
 }
 
@@ -367,6 +442,7 @@ impl Watch {
         match seq {
             None => {
                 let mut live = self.live_event(Some(event.process), kind);
+                live.role = self.engine.role(event.program.as_ref());
                 live.path = event.path;
                 live.program = event.program;
                 self.queue.push_back(live);
@@ -379,6 +455,7 @@ impl Watch {
                     tree: self.tree,
                     process: Some(event.process),
                     path: event.path,
+                    role: self.engine.role(event.program.as_ref()),
                     program: event.program,
                     kind,
                 });
@@ -397,6 +474,7 @@ impl Watch {
             process,
             path: Vec::new(),
             program: None,
+            role: ProgramRole::Program,
             kind,
         }
     }
@@ -417,6 +495,7 @@ impl Watch {
             self.next_seq = first_kept;
         }
         let (tree, next_seq) = (self.tree, self.next_seq);
+        let engine = self.engine.clone();
         let mut found = Vec::new();
         let (state, head_seq, _) = replay(tree, &history, |record, state| {
             if record.seq < next_seq {
@@ -428,17 +507,23 @@ impl Watch {
                 message: error.to_string(),
             })?;
             let (process, kind) = EventKind::of(record.seq, &body);
-            if let Some((seq, kind)) = WatchKind::of(&kind) {
+            let kind = match WatchKind::ended_by(&body, state, process) {
+                Some(ended) => Some(ended),
+                None => WatchKind::of(&kind).map(|(_, kind)| kind),
+            };
+            if let Some(kind) = kind {
+                let program = state
+                    .processes
+                    .get(&process)
+                    .map(|p| p.program.name.clone());
                 found.push(WatchEvent {
-                    seq,
+                    seq: Some(record.seq),
                     durable: true,
                     tree,
                     process: Some(process),
                     path: state.path(process),
-                    program: state
-                        .processes
-                        .get(&process)
-                        .map(|p| p.program.name.clone()),
+                    role: engine.role(program.as_ref()),
+                    program,
                     kind,
                 });
             }

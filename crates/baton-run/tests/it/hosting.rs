@@ -304,10 +304,25 @@ async fn a_reader_after_the_end_and_a_resumed_reader_see_each_committed_fact_onc
             .as_deref(),
         Some("test.dispatch")
     );
-    assert!(matches!(
-        events.last().map(|event| &event.kind),
-        Some(WatchKind::StepAdopted { transition, .. }) if transition == "complete"
-    ));
+    // The step that completed the root is reported as its termination,
+    // with the output and what the root used.
+    match events.last().map(|event| &event.kind) {
+        Some(WatchKind::Terminated {
+            status,
+            output: Some(_),
+            failure: None,
+            usage,
+        }) => {
+            assert_eq!(*status, Status::Completed);
+            assert_eq!(usage.effects, 2, "{usage:?}");
+        }
+        other => panic!("the root's termination comes last: {other:?}"),
+    }
+    assert!(
+        !events.iter().any(|event| matches!(&event.kind,
+            WatchKind::StepAdopted { transition, .. } if transition == "complete")),
+        "one event per record"
+    );
     let pending = events
         .iter()
         .filter(|event| matches!(event.kind, WatchKind::EffectPending { .. }))
@@ -425,4 +440,122 @@ async fn a_watch_of_another_scope_or_an_unknown_tree_is_refused() {
         .await
         .expect_err("unknown");
     assert_eq!(refused.code(), "engine.tree.not_found");
+}
+
+/// The next live event of the watch that `pick` picks, skipping others;
+/// fails the test after 30 s.
+async fn next_live<T>(watch: &mut baton_run::Watch, pick: impl Fn(&WatchKind) -> Option<T>) -> T {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let event = watch.next().await.expect("still running").expect("reads");
+            if let Some(found) = pick(&event.kind) {
+                assert!(!event.durable, "{event:?}");
+                return found;
+            }
+        }
+    })
+    .await
+    .expect("the event arrives")
+}
+
+#[tokio::test]
+async fn the_idle_alarm_rings_once_per_quiet_spell_and_is_not_a_failure() {
+    let clock = Arc::new(baton_run::ManualClock::new(baton_run::Timestamp(1_000_000)));
+    let gated = Gated::new(ReplayPolicy::Never);
+    let work = program(Kind::Dispatch, Some(Arc::new(gated.clone())));
+    let engine = Engine::new(EngineConfig {
+        programs: vec![work.erase()],
+        clock: clock.clone(),
+        lease_ttl: Duration::from_secs(3600),
+        idle_alarm: Some(Duration::from_secs(10)),
+        ..EngineConfig::new(Arc::new(MemoryStore::new()))
+    })
+    .expect("valid");
+    let handle = engine
+        .start(&work, request("idle", json!(["a"])))
+        .await
+        .expect("starts")
+        .into_handle();
+    let mut watch = engine
+        .watch(&scope(), handle.tree(), 1)
+        .await
+        .expect("watches");
+    while gated.calls() == 0 {
+        tokio::task::yield_now().await;
+    }
+    // The dispatch hangs; nothing is committed for longer than the alarm.
+    clock.advance(Duration::from_secs(11));
+    let since = next_live(&mut watch, |kind| match kind {
+        WatchKind::Idle { since } => Some(*since),
+        _ => None,
+    })
+    .await;
+    assert_eq!(since, baton_run::Timestamp(1_000_000), "the last commit");
+    // Quiet on: no second alarm until something is committed.
+    clock.advance(Duration::from_secs(60));
+    gated.release(1);
+    let mut events = Vec::new();
+    while let Some(event) = watch.next().await {
+        events.push(event.expect("reads").kind);
+    }
+    assert!(
+        !events
+            .iter()
+            .any(|kind| matches!(kind, WatchKind::Idle { .. })),
+        "{events:?}"
+    );
+    let ended = handle.await_result().await.expect("ends");
+    assert_eq!(ended.status(), Status::Completed, "the alarm is no failure");
+}
+
+#[tokio::test]
+async fn a_tree_waiting_on_a_person_never_rings_the_idle_alarm() {
+    let clock = Arc::new(baton_run::ManualClock::new(baton_run::Timestamp(1_000_000)));
+    let ask = program(Kind::Ask, None);
+    let engine = Engine::new(EngineConfig {
+        programs: vec![ask.erase()],
+        clock: clock.clone(),
+        lease_ttl: Duration::from_secs(3600),
+        idle_alarm: Some(Duration::from_secs(10)),
+        sleep: baton_run::Sleep::Awake,
+        ..EngineConfig::new(Arc::new(MemoryStore::new()))
+    })
+    .expect("valid");
+    let handle = engine
+        .start(&ask, request("asks", json!("q")))
+        .await
+        .expect("starts")
+        .into_handle();
+    let wait = open_wait(&handle).await;
+    let mut events = engine.events();
+    clock.advance(Duration::from_secs(3600 * 24));
+    // The answer wakes the tree; by then an alarm would have been sent.
+    engine
+        .answer(
+            &scope(),
+            handle.tree(),
+            wait,
+            Payload::encode(&json!(true)).expect("encodes"),
+        )
+        .await
+        .expect("answers");
+    handle.await_result().await.expect("ends");
+    while let Ok(Some(event)) = events.try_recv() {
+        assert!(
+            !matches!(event.kind, baton_run::EventKind::Idle { .. }),
+            "{event:?}"
+        );
+    }
+}
+
+#[test]
+fn a_zero_idle_alarm_is_refused() {
+    let refused = Engine::new(EngineConfig {
+        idle_alarm: Some(Duration::ZERO),
+        ..EngineConfig::new(Arc::new(MemoryStore::new()))
+    })
+    .err()
+    .expect("refused");
+    assert_eq!(refused.code(), "engine.config.invalid");
+    assert!(refused.to_string().contains("idle_alarm"), "{refused}");
 }

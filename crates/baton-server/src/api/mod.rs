@@ -21,7 +21,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, FromRequestParts, State};
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
+use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use baton::run::{Condition, Scope};
@@ -47,6 +47,7 @@ pub(crate) fn router(host: Arc<Host>, body_limit: usize) -> Router {
             "/v1/trees/{id}/effects/{effect_id}/resolve",
             post(trees::resolve),
         )
+        .merge(crate::console::routes())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(host)
@@ -98,11 +99,7 @@ impl FromRequestParts<Arc<Host>> for Caller {
 
     async fn from_request_parts(parts: &mut Parts, host: &Arc<Host>) -> Result<Caller, Problem> {
         let Some(value) = parts.headers.get(header::AUTHORIZATION) else {
-            return Err(Problem::new(
-                StatusCode::UNAUTHORIZED,
-                "serve.auth.missing",
-                "send `Authorization: Bearer TOKEN`",
-            ));
+            return cookie_caller(parts, host);
         };
         let token = value
             .to_str()
@@ -120,6 +117,46 @@ impl FromRequestParts<Arc<Host>> for Caller {
             )),
         }
     }
+}
+
+/// The caller of a request without `Authorization`: the console's cookie
+/// (`EventSource` cannot send headers). A request that changes anything
+/// (not `GET` or `HEAD`) with the cookie must also carry the page's CSRF
+/// token in the `x-baton-csrf` header, so another site cannot make a
+/// signed-in browser post to the API.
+fn cookie_caller(parts: &Parts, host: &Host) -> Result<Caller, Problem> {
+    let Some(token) = crate::console::auth::cookie_token(&parts.headers) else {
+        return Err(Problem::new(
+            StatusCode::UNAUTHORIZED,
+            "serve.auth.missing",
+            "send `Authorization: Bearer TOKEN` (or sign in to the console)",
+        ));
+    };
+    let Some(scope) = host.tokens.scope_of(&token) else {
+        return Err(Problem::new(
+            StatusCode::UNAUTHORIZED,
+            "serve.auth.invalid",
+            "the console cookie's token is not one this host knows",
+        ));
+    };
+    let safe = parts.method == Method::GET || parts.method == Method::HEAD;
+    if !safe {
+        let presented = parts
+            .headers
+            .get(crate::console::auth::CSRF_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default();
+        if !host.csrf.check(&token, presented) {
+            return Err(Problem::new(
+                StatusCode::FORBIDDEN,
+                "serve.auth.csrf",
+                "a request with the console cookie that changes anything needs the page's CSRF token in `x-baton-csrf`",
+            ));
+        }
+    }
+    Ok(Caller {
+        scope: scope.clone(),
+    })
 }
 
 /// A request body, read whole within the body limit.

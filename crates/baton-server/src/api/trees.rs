@@ -279,7 +279,11 @@ async fn settle(
 
 /// A handle on a tree of the caller's scope, taken up if no engine holds
 /// it, and kept by this host.
-async fn handle(host: &Arc<Host>, caller: &Caller, tree: TreeId) -> Result<ProcessHandle, Problem> {
+pub(crate) async fn handle(
+    host: &Arc<Host>,
+    caller: &Caller,
+    tree: TreeId,
+) -> Result<ProcessHandle, Problem> {
     let engine = host.engine().await.map_err(|_| Problem::shutting_down())?;
     let handle = engine
         .process::<Payload>(&caller.scope, tree)
@@ -337,7 +341,7 @@ async fn settle_or_show(
 }
 
 /// A permit to move one tree, within the request's timeout.
-async fn permit(
+pub(crate) async fn permit(
     host: &Host,
     until: UntilQuery,
 ) -> Result<tokio::sync::OwnedSemaphorePermit, Problem> {

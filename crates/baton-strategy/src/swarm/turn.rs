@@ -146,6 +146,10 @@ impl Definition for SwarmTurn {
         &self.inner.descriptor
     }
 
+    fn role(&self) -> baton_run::ProgramRole {
+        baton_run::ProgramRole::Agent
+    }
+
     fn start(&self, input: &Payload) -> Result<Box<dyn Execution>, StepError> {
         let input: SwarmInput = input.decode()?;
         Ok(Box::new(Run {

@@ -666,3 +666,70 @@ pub async fn crash_everywhere<O>(
     eprintln!("{crashes} crashes checked");
     crashes
 }
+
+/// The agent stream view of a finished tree, read by a watch from its
+/// first record, checked for the view's promises: every agent that starts
+/// ends once, after it started, each tool call ends once, and exactly one
+/// terminal event comes last. Returns the events.
+pub async fn agent_stream(engine: &Engine, tree: TreeId) -> Vec<baton_agent::AgentEvent> {
+    use baton_agent::AgentEvent;
+    let mut watch = engine.watch(&scope(), tree, 1).await.expect("watches");
+    let mut stream = baton_agent::AgentStream::new();
+    let mut events = Vec::new();
+    while let Some(event) = watch.next().await {
+        events.extend(stream.push(&event.expect("reads the log")));
+    }
+    let terminals = events.iter().filter(|e| e.is_terminal()).count();
+    assert_eq!(terminals, 1, "exactly one terminal event: {events:#?}");
+    assert!(
+        events.last().is_some_and(AgentEvent::is_terminal),
+        "the terminal event comes last"
+    );
+    let mut open = std::collections::BTreeSet::new();
+    let mut calls = std::collections::BTreeSet::new();
+    for event in &events {
+        match event {
+            AgentEvent::AgentStart { agent } => {
+                assert!(
+                    open.insert(agent.process),
+                    "{:?} started twice",
+                    agent.process
+                )
+            }
+            AgentEvent::AgentEnd { agent, .. } => {
+                assert!(
+                    open.remove(&agent.process),
+                    "{:?} ended unstarted",
+                    agent.process
+                )
+            }
+            AgentEvent::ToolCallStart { agent, call, .. } => {
+                assert!(
+                    open.contains(&agent.process),
+                    "a call of an agent not running"
+                );
+                assert!(calls.insert(*call), "{call:?} started twice");
+            }
+            AgentEvent::ToolCallEnd { call, .. } => {
+                assert!(calls.remove(call), "{call:?} ended unstarted")
+            }
+            _ => {}
+        }
+    }
+    assert!(open.is_empty(), "agents that never ended: {open:?}");
+    assert!(calls.is_empty(), "tool calls that never ended: {calls:?}");
+    events
+}
+
+/// The names of the agents that started, in order.
+pub fn started_agents(events: &[baton_agent::AgentEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|event| match event {
+            baton_agent::AgentEvent::AgentStart { agent } => {
+                agent.name.as_ref().map(|name| name.as_str().to_owned())
+            }
+            _ => None,
+        })
+        .collect()
+}

@@ -260,3 +260,20 @@ async fn a_crash_at_any_commit_resumes_to_the_same_output_without_repeating_a_mo
     let crashes = crash_everywhere(program, answer, "plan the quarter").await;
     assert!(crashes >= 15, "{crashes} crashes checked");
 }
+
+#[tokio::test]
+async fn the_agent_stream_shows_every_level_and_leaf_and_one_completion() {
+    let models = Models::new(answer);
+    let (engine, handle, _) = run(
+        &company(&models).program(),
+        "stream",
+        work("plan the quarter"),
+    )
+    .await;
+    let events = agent_stream(&engine, handle.tree()).await;
+    assert!(started_agents(&events).len() >= 7, "{events:#?}");
+    assert!(matches!(
+        events.last(),
+        Some(baton_agent::AgentEvent::Complete { .. })
+    ));
+}

@@ -327,3 +327,15 @@ async fn usage_by_agent_sums_exactly_to_what_the_models_reported() {
         .expect("the security agent's call");
     assert!(!named.path.is_empty(), "a worker sits below the root");
 }
+
+#[tokio::test]
+async fn the_agent_stream_shows_every_reviewer_and_one_completion() {
+    let models = Models::new(answer);
+    let (engine, handle, _) = run(&reviewers(&models), "stream", work("the diff")).await;
+    let events = agent_stream(&engine, handle.tree()).await;
+    assert!(started_agents(&events).len() >= 2, "{events:#?}");
+    assert!(matches!(
+        events.last(),
+        Some(baton_agent::AgentEvent::Complete { .. })
+    ));
+}

@@ -249,3 +249,16 @@ async fn a_crash_at_any_commit_resumes_to_the_same_output_without_repeating_a_mo
     let crashes = crash_everywhere(reporting, answer, "write a report").await;
     assert!(crashes >= 20, "{crashes} crashes checked");
 }
+
+#[tokio::test]
+async fn the_agent_stream_shows_the_planner_and_its_tasks_and_one_terminal() {
+    let models = Models::new(answer);
+    let (engine, handle, _) = run(
+        &planner(&models, 2).program(),
+        "stream",
+        work("write a report"),
+    )
+    .await;
+    let events = agent_stream(&engine, handle.tree()).await;
+    assert!(started_agents(&events).len() >= 2, "{events:#?}");
+}

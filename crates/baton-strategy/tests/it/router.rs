@@ -266,3 +266,12 @@ async fn a_crash_at_any_commit_resumes_to_the_same_output_without_repeating_a_mo
     let crashes = crash_everywhere(model_router, answer, "route to billing").await;
     assert!(crashes >= 10, "{crashes} crashes checked");
 }
+
+#[tokio::test]
+async fn the_agent_stream_shows_the_routed_agent_and_one_completion() {
+    let models = Models::new(answer);
+    let program = model_router(&models);
+    let (engine, handle, _) = run(&program, "stream", work("route to sql")).await;
+    let events = agent_stream(&engine, handle.tree()).await;
+    assert!(!started_agents(&events).is_empty(), "{events:#?}");
+}

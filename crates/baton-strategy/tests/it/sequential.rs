@@ -170,3 +170,41 @@ async fn a_crash_at_any_commit_resumes_to_the_same_output_without_repeating_a_mo
     let crashes = crash_everywhere(pipeline, answer, "release notes").await;
     assert!(crashes >= 15, "{crashes} crashes checked");
 }
+
+#[tokio::test]
+async fn the_agent_stream_shows_each_agent_in_order_and_one_completion() {
+    let models = Models::new(answer);
+    let (engine, handle, _) = run(&pipeline(&models), "stream", work("release notes")).await;
+    let events = agent_stream(&engine, handle.tree()).await;
+    assert_eq!(started_agents(&events).len(), 3, "{events:#?}");
+    assert!(
+        matches!(
+            events.last(),
+            Some(baton_agent::AgentEvent::Complete { output: Some(_) })
+        ),
+        "{events:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_team_ends_its_agent_stream_with_one_error() {
+    let team = Sequential::new(SequentialConfig {
+        name: "test.failing".into(),
+        description: "Stops at a.".into(),
+        agents: vec![program_agent("a", Behaviour::Fail, None)],
+        input: None,
+    })
+    .expect("valid");
+    let (engine, handle, _) = run(&team.program(), "stream-failing", work("go")).await;
+    let events = agent_stream(&engine, handle.tree()).await;
+    match events.last() {
+        Some(baton_agent::AgentEvent::Error {
+            status,
+            failure: Some(failure),
+        }) => {
+            assert_eq!(*status, baton_run::Status::Failed);
+            assert_eq!(failure.code(), AGENT_FAILED);
+        }
+        other => panic!("expected an error at the end, got {other:?}"),
+    }
+}

@@ -322,3 +322,24 @@ async fn a_crash_at_any_commit_resumes_to_the_same_output_without_repeating_a_mo
     let crashes = crash_everywhere(service, answer, "refund order 7").await;
     assert!(crashes >= 15, "{crashes} crashes checked");
 }
+
+#[tokio::test]
+async fn the_agent_stream_shows_each_turn_and_each_handoff() {
+    let models = Models::new(answer);
+    let team = desk(&models);
+    let (engine, handle, _) = run(&team.program(), "stream", work("refund order 7")).await;
+    let events = agent_stream(&engine, handle.tree()).await;
+    assert_eq!(started_agents(&events).len(), 3, "{events:#?}");
+    let handoffs: Vec<&str> = events
+        .iter()
+        .filter_map(|event| match event {
+            baton_agent::AgentEvent::Handoff { to, .. } => Some(to.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(handoffs, ["billing", "refunds"]);
+    assert!(matches!(
+        events.last(),
+        Some(baton_agent::AgentEvent::Complete { .. })
+    ));
+}

@@ -1,0 +1,209 @@
+//! What the owner task tells the world besides its commits: engine events
+//! (committed facts, progress, the idle alarm), the outcome handles wait
+//! on, and the dispatches it launches.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use crate::clock::Timestamp;
+use crate::ids::ProcessId;
+use crate::log::RecordBody;
+use crate::protocol::Transition;
+
+use super::super::dispatch::{DispatchJob, Launch, launch};
+use super::super::view::{Ended, Event, EventKind};
+use super::{Actor, After};
+
+impl Actor {
+    pub(super) fn emit(&self, process: ProcessId, kind: EventKind) {
+        // Nobody listens: skip computing the path.
+        if self.engine.events.receiver_count() == 0 {
+            return;
+        }
+        let _ = self.engine.events.send(Event {
+            tree: self.tree,
+            process,
+            path: self.state.path(process),
+            program: self
+                .state
+                .processes
+                .get(&process)
+                .map(|p| p.program.name.clone()),
+            kind,
+        });
+    }
+
+    /// Emits committed events and publishes new terminations and drains to handles.
+    pub(super) fn publish(
+        &self,
+        first: u64,
+        bodies: &[RecordBody],
+        reached: super::super::shared::Reached,
+    ) {
+        let mut terminated = Vec::new();
+        for (offset, body) in bodies.iter().enumerate() {
+            let seq = first + offset as u64;
+            let (process, kind) = EventKind::of(seq, body);
+            let ended_by_step = matches!(
+                body,
+                RecordBody::StepAdopted {
+                    transition: Transition::Complete { .. } | Transition::Fail { .. },
+                    ..
+                }
+            );
+            let ended = ended_by_step || matches!(body, RecordBody::Terminated { .. });
+            if !matches!(body, RecordBody::Terminated { .. }) {
+                self.emit(process, kind);
+            }
+            if ended && let Some(termination) = &self.state.processes[&process].termination {
+                self.emit_ended(seq, process);
+                self.shared.progress.forget(process);
+                terminated.push((process, termination.clone()));
+            }
+        }
+        if terminated.is_empty() {
+            self.owner.outcome.modify(|o| o.reached = reached);
+            return;
+        }
+        // Only a terminated process or one of its ancestors can have drained now.
+        let mut candidates = BTreeSet::new();
+        for (process, _) in &terminated {
+            let mut next = Some(*process);
+            while let Some(id) = next {
+                if !candidates.insert(id) {
+                    break;
+                }
+                next = self.state.processes[&id].parent;
+            }
+        }
+        let drained: Vec<ProcessId> = {
+            let outcome = self.owner.outcome.read();
+            candidates
+                .into_iter()
+                .filter(|id| !outcome.drained.contains(id) && self.state.drained(*id))
+                .collect()
+        };
+        for id in &drained {
+            let status = self.state.processes[id].status;
+            self.emit(*id, EventKind::Drained { status });
+        }
+        self.owner.outcome.modify(|o| {
+            o.terminations.extend(terminated);
+            o.drained.extend(drained);
+            o.reached = reached;
+        });
+    }
+
+    /// The `Terminated` event of a process that ended at `seq`, with how it
+    /// ended and what it used (built only when someone listens).
+    fn emit_ended(&self, seq: u64, process: ProcessId) {
+        if self.engine.events.receiver_count() == 0 {
+            return;
+        }
+        let state = &self.state.processes[&process];
+        let Some(termination) = &state.termination else {
+            return;
+        };
+        self.emit(
+            process,
+            EventKind::Terminated {
+                seq,
+                status: termination.status(),
+                ended: Some(Arc::new(Ended {
+                    termination: termination.clone(),
+                    usage: state.usage.clone(),
+                })),
+            },
+        );
+    }
+
+    /// Reads a stepped process's progress and, when it changed, keeps it
+    /// on the board and publishes it once the step is committed.
+    pub(super) fn step_progress(&mut self, process: ProcessId) {
+        // Program code: a panic here reports no progress, nothing more.
+        let Some(progress) = self.executions.get(&process).and_then(|execution| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| execution.progress()))
+                .ok()
+                .flatten()
+        }) else {
+            return;
+        };
+        let now = self.engine.clock.now();
+        let Some(stamped) = self.shared.progress.note(process, progress, now) else {
+            return;
+        };
+        if self.engine.events.receiver_count() == 0 {
+            return;
+        }
+        let event = Event {
+            tree: self.tree,
+            process,
+            path: self.state.path(process),
+            program: self
+                .state
+                .processes
+                .get(&process)
+                .map(|p| p.program.name.clone()),
+            kind: EventKind::Progress { progress: stamped },
+        };
+        let events = self.engine.events.clone();
+        self.after.push(After::Reply(Box::new(move || {
+            let _ = events.send(event);
+        })));
+    }
+
+    /// When the idle alarm rings next: `alarm` after the last commit, while
+    /// the tree is not waiting on a person and has not been told yet.
+    pub(super) fn idle_alarm_at(&self) -> Option<Timestamp> {
+        let alarm = self.engine.idle_alarm?;
+        if self.idle_told || self.owner.outcome.read().reached.wait_open {
+            return None;
+        }
+        Some(self.last_commit.plus(alarm))
+    }
+
+    /// The idle alarm rang: tell whoever listens, once per quiet spell.
+    pub(super) fn ring_idle_alarm(&mut self) {
+        self.idle_told = true;
+        tracing::warn!(tree = %self.tree, since = %self.last_commit, "no commit within the idle alarm");
+        self.emit(
+            self.tree,
+            EventKind::Idle {
+                since: self.last_commit,
+            },
+        );
+    }
+
+    pub(super) fn launch(&self, job: DispatchJob) {
+        let Some(dispatcher) = self
+            .programs
+            .get(&job.process)
+            .and_then(|p| p.dispatcher())
+            .cloned()
+        else {
+            return;
+        };
+        // Deltas name their process's place only when someone listens.
+        let (path, program) = if self.engine.events.receiver_count() == 0 {
+            (Vec::new(), None)
+        } else {
+            (
+                self.state.path(job.process),
+                self.state
+                    .processes
+                    .get(&job.process)
+                    .map(|p| p.program.name.clone()),
+            )
+        };
+        let to = Launch {
+            tree: self.tree,
+            path,
+            program,
+            events: self.engine.events.clone(),
+            clock: self.engine.clock.clone(),
+            completions: self.channels.completion_sender.clone(),
+            progress: self.shared.progress.clone(),
+        };
+        launch(job, dispatcher, to);
+    }
+}
