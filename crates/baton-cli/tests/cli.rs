@@ -645,6 +645,7 @@ fn answer_from_the_command_line_reaches_a_tree_a_running_serve_holds() {
         .expect("kill runs");
     assert!(status.success());
     assert!(serving.child.wait().expect("serve exits").success());
+}
 
 /// `watch --json` as a snapshot: each event's sequence, kind, process path,
 /// program, role and data, ids redacted.
