@@ -579,21 +579,20 @@ async fn cancel(
     let scope = context.scope().clone();
     let view = context
         .drive(engine, drive.wait, format!("tree {tree}"), async |engine| {
-            let handle = engine
-                .process::<Payload>(&scope, tree)
+            // Through the tree's inbox when another engine (a `serve`)
+            // holds it.
+            engine
+                .cancel(&scope, tree, tree, reason)
                 .await
-                .map_err(|error| error.explain(bin))?;
-            handle.cancel(reason).await.map_err(|error| {
-                let hint = matches!(error, baton::run::ControlError::Terminated { .. })
-                    .then(|| format!("the tree has ended: `{bin} inspect {tree}` shows how"));
-                match hint {
-                    Some(hint) => CliError::engine(error.code(), &error, Some(hint)),
-                    None => error.explain(bin),
-                }
-            })?;
-            let view = finish(engine, &scope, tree, drive, bin).await;
-            drop(handle);
-            view
+                .map_err(|error| {
+                    let hint = matches!(error, baton::run::ControlError::Terminated { .. })
+                        .then(|| format!("the tree has ended: `{bin} inspect {tree}` shows how"));
+                    match hint {
+                        Some(hint) => CliError::engine(error.code(), &error, Some(hint)),
+                        None => error.explain(bin),
+                    }
+                })?;
+            finish(engine, &scope, tree, drive, bin).await
         })
         .await?;
     if drive.detach && !context.json() {

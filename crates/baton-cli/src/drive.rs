@@ -6,22 +6,33 @@
 
 use std::time::Duration;
 
-use baton::run::{Condition, Engine, Payload, ProcessHandle, Scope, TreeId, TreeView};
+use baton::run::{
+    Condition, Engine, Payload, ProcessHandle, Scope, TreeError, TreeId, TreeView, Visibility,
+};
 
 use crate::error::{CliError, Explain};
 
 /// Takes `tree` up (when this engine does not run it yet) and waits until
-/// it has settled; returns it as it then is.
+/// it has settled; returns it as it then is. A tree another live engine
+/// holds (a `serve` drives it) is returned as it stands.
 pub async fn settle(
     engine: &Engine,
     scope: &Scope,
     tree: TreeId,
     bin: &str,
 ) -> Result<TreeView, CliError> {
-    let handle: ProcessHandle<Payload> = engine
-        .process(scope, tree)
-        .await
-        .map_err(|error| error.explain(bin))?;
+    let handle: ProcessHandle<Payload> = match engine.process(scope, tree).await {
+        Ok(handle) => handle,
+        // Another live engine (a `serve`) holds the tree and drives it on:
+        // it is shown as it stands.
+        Err(TreeError::LeaseHeld { .. }) => {
+            return engine
+                .inspect(scope, tree, Visibility::Public)
+                .await
+                .map_err(|error| error.explain(bin));
+        }
+        Err(error) => return Err(error.explain(bin)),
+    };
     handle
         .until(Condition::Quiescent)
         .await

@@ -66,15 +66,17 @@ impl CliStore {
         }
     }
 
-    /// What wakes a worker host's takeover loop early: a PostgreSQL
-    /// store's change notices (`LISTEN`); a SQLite file has none, so the
-    /// loop scans on its schedule.
+    /// What wakes a worker host's takeover loop early: the store's change
+    /// notices (`Store::changes`; on PostgreSQL, `LISTEN`). A SQLite file
+    /// is left to the loop's schedule: its notices of other processes'
+    /// commits come from a timer of their own, and a scan on each would
+    /// list the store many times a second while any engine writes.
     pub(crate) async fn wake(&self) -> Option<baton_server::WakeSource> {
         match self {
             CliStore::Sqlite(_) => None,
             #[cfg(feature = "postgres")]
-            CliStore::Postgres(store) => match store.listen().await {
-                Ok(listener) => Some(baton_server::WakeSource::stream(listener.into_stream())),
+            CliStore::Postgres(store) => match Store::changes(store).await {
+                Ok(changes) => changes.map(baton_server::WakeSource::changes),
                 Err(error) => {
                     eprintln!(
                         "warning: no change notices from the database ({error}); takeovers wait for the next scan"

@@ -571,6 +571,85 @@ fn serve_runs_the_http_api_for_the_pause_flow_and_stops_cleanly_on_sigint() {
     );
 }
 
+#[test]
+fn answer_from_the_command_line_reaches_a_tree_a_running_serve_holds() {
+    let dir = Dir::new();
+    let mut serving = Serving::start(&dir);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let client = reqwest::Client::new();
+    let call = |method: reqwest::Method, path: String, body: Option<&'static str>| {
+        let request = client
+            .request(method, format!("{}{path}", serving.base))
+            .bearer_auth("0123456789abcdef0123");
+        let request = match body {
+            Some(body) => request
+                .header("content-type", "application/json")
+                .body(body),
+            None => request,
+        };
+        runtime.block_on(async {
+            let response = request.send().await.expect("the host answers");
+            let status = response.status().as_u16();
+            let text = response.text().await.expect("a body");
+            (status, text)
+        })
+    };
+    let (status, text) = call(
+        reqwest::Method::POST,
+        "/v1/trees?until=wait_opened&timeout_ms=20000".to_owned(),
+        Some(r#"{"program":"demo.pause","id":"held","input":"release 3.0"}"#),
+    );
+    assert_eq!(status, 201, "{text}");
+    let started: Value = serde_json::from_str(&text).expect("json");
+    let tree = started["tree"].as_str().expect("tree").to_owned();
+    let wait = started["view"]["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find_map(|process| process["open_waits"][0]["id"].as_str())
+        .expect("an open wait")
+        .to_owned();
+    // `serve` holds the tree's lease; the command line's engine posts the
+    // answer to the tree's inbox and `serve` applies it.
+    let answered = dir.ok(&[
+        "--scope",
+        "demo",
+        "answer",
+        &tree,
+        "--wait",
+        &wait,
+        "\"ship it\"",
+    ]);
+    assert!(!answered.contains("error"), "{answered}");
+    let (status, text) = call(
+        reqwest::Method::GET,
+        format!("/v1/trees/{tree}?until=terminal&timeout_ms=20000"),
+        None,
+    );
+    assert_eq!(status, 200, "{text}");
+    let finished: Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(finished["status"], "done", "{text}");
+    let again = dir.ok(&[
+        "--scope",
+        "demo",
+        "answer",
+        &tree,
+        "--wait",
+        &wait,
+        "\"ship it\"",
+    ]);
+    assert!(
+        again.starts_with("(this answer was already delivered)"),
+        "{again}"
+    );
+    let status = Command::new("kill")
+        .args(["-INT", &serving.child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    assert!(serving.child.wait().expect("serve exits").success());
+}
+
 /// `watch --json` as a snapshot: each event's sequence, kind, process path,
 /// program, role and data, ids redacted.
 fn watch_snapshot(events: &[Value]) -> String {

@@ -123,7 +123,8 @@ pub struct WakeSource {
 
 impl WakeSource {
     /// Every item of `stream` is a wake-up, for instance the notices of
-    /// `PostgresStore::listen` (`listener.into_stream()`).
+    /// `PostgresStore::listen` (`listener.into_stream()`); see also
+    /// [`WakeSource::changes`].
     pub fn stream<S>(stream: S) -> WakeSource
     where
         S: Stream + Send + 'static,
@@ -131,6 +132,26 @@ impl WakeSource {
         WakeSource {
             stream: Box::pin(stream.map(|_| ())),
         }
+    }
+
+    /// The store's change notices ([`Store::changes`]): a commit that
+    /// appended to a tree or gave up its lease, or notices that were missed,
+    /// is a wake-up (inbox messages are not: the engine applies those).
+    ///
+    /// [`Store::changes`]: baton::run::store::Store::changes
+    pub fn changes(changes: baton::run::store::Changes) -> WakeSource {
+        use baton::run::store::Change;
+        WakeSource::stream(futures_util::stream::unfold(
+            changes,
+            |mut changes| async move {
+                loop {
+                    match changes.next().await? {
+                        Change::Inbox(_) => {}
+                        _ => return Some(((), changes)),
+                    }
+                }
+            },
+        ))
     }
 
     /// Every `notify_one` / `notify_waiters` of `notify` is a wake-up.

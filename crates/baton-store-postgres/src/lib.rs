@@ -73,6 +73,7 @@ pub mod admin;
 mod chunk;
 mod config;
 mod error;
+mod inbox;
 mod listen;
 mod read;
 mod rows;
@@ -85,8 +86,8 @@ use std::thread::JoinHandle;
 
 use baton_run::log::{Record, Snapshot};
 use baton_run::store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, ListFilter, Listing, Store, StoreError,
-    TreeLoad,
+    AcquireRequest, Acquired, Append, AppendOutcome, Changes, ListFilter, Listing, Message,
+    MessageId, PostOutcome, Posted, Settle, SettleOutcome, Store, StoreError, TreeLoad,
 };
 use baton_run::{BoxFuture, Timestamp, TreeId};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -116,6 +117,7 @@ enum Read {
     Whole(TreeId, Reply<TreeLoad>),
     Records(TreeId, Reply<Vec<Record>>),
     List(ListFilter, Reply<Listing>),
+    Inbox(inbox::Op),
 }
 
 struct Inner {
@@ -440,6 +442,7 @@ async fn read_loop(pool: Pool, mut queue: mpsc::UnboundedReceiver<Read>) {
                     let _ =
                         reply.send(reading(&pool, |tx| Box::pin(read::records(tx, tree))).await);
                 }
+                Read::Inbox(op) => inbox::run(&pool, op).await,
                 Read::List(filter, reply) => {
                     let _ = reply.send(
                         reading(&pool, |tx| {
@@ -554,5 +557,30 @@ impl Store for PostgresStore {
 
     fn list(&self, filter: ListFilter) -> BoxFuture<'_, Result<Listing, StoreError>> {
         self.read(|reply| Read::List(filter, reply))
+    }
+
+    fn changes(&self) -> BoxFuture<'_, Result<Option<Changes>, StoreError>> {
+        let listening = self.listen();
+        Box::pin(async move { Ok(Some(listening.await?.into_changes())) })
+    }
+
+    fn post(&self, message: Message) -> BoxFuture<'_, Result<PostOutcome, StoreError>> {
+        self.read(|reply| Read::Inbox(inbox::Op::Post(message, reply)))
+    }
+
+    fn pending(&self, tree: Option<TreeId>) -> BoxFuture<'_, Result<Vec<Message>, StoreError>> {
+        self.read(|reply| Read::Inbox(inbox::Op::Pending(tree, reply)))
+    }
+
+    fn settle(&self, settle: Settle) -> BoxFuture<'_, Result<SettleOutcome, StoreError>> {
+        self.read(|reply| Read::Inbox(inbox::Op::Settle(settle, reply)))
+    }
+
+    fn message(
+        &self,
+        tree: TreeId,
+        id: MessageId,
+    ) -> BoxFuture<'_, Result<Option<Posted>, StoreError>> {
+        self.read(|reply| Read::Inbox(inbox::Op::Message(tree, id, reply)))
     }
 }

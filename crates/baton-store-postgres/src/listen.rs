@@ -27,6 +27,11 @@ pub enum Notice {
         /// Its scope, once it has records.
         scope: Option<Scope>,
     },
+    /// A message was posted to the inbox of `tree`, or settled.
+    Inbox {
+        /// The tree.
+        tree: TreeId,
+    },
     /// Notices may have been missed: the listening connection was lost and
     /// is connected again, or this listener fell more than its buffer
     /// behind. Re-read whatever you watch (`Store::list`, `Store::load`).
@@ -37,6 +42,11 @@ impl Notice {
     /// Reads a `NOTIFY` payload: `"<tree> <scope>"` or `"<tree>"`; `None`
     /// for a payload some other program sent on the channel.
     pub(crate) fn parse(payload: &str) -> Option<Notice> {
+        if let Some(tree) = payload.strip_prefix("inbox ") {
+            return Some(Notice::Inbox {
+                tree: TreeId::from_str(tree).ok()?,
+            });
+        }
         let (tree, scope) = match payload.split_once(' ') {
             Some((tree, scope)) => (tree, Some(Scope::new(scope).ok()?)),
             None => (payload, None),
@@ -71,6 +81,31 @@ impl Listener {
             Err(broadcast::error::RecvError::Lagged(_)) => Some(Notice::Missed),
             Err(broadcast::error::RecvError::Closed) => None,
         }
+    }
+
+    /// The notices as the kernel's change notices, forwarded by a task of
+    /// their own until the subscriber is dropped.
+    pub fn into_changes(mut self) -> baton_run::store::Changes {
+        use baton_run::store::{Change, Changes};
+        let (sender, changes) = Changes::channel();
+        tokio::spawn(async move {
+            loop {
+                let notice = tokio::select! {
+                    notice = self.next() => notice,
+                    () = sender.closed() => return,
+                };
+                let change = match notice {
+                    Some(Notice::Changed { tree, .. }) => Change::Tree(tree),
+                    Some(Notice::Inbox { tree }) => Change::Inbox(tree),
+                    Some(Notice::Missed) => Change::Missed,
+                    None => return,
+                };
+                if !sender.send(change) {
+                    return;
+                }
+            }
+        });
+        changes
     }
 
     /// The notices as a stream.
@@ -243,6 +278,10 @@ mod tests {
         assert_eq!(
             Notice::parse(&crate::write::notice(tree, None)),
             Some(Notice::Changed { tree, scope: None })
+        );
+        assert_eq!(
+            Notice::parse(&crate::inbox::notice(tree)),
+            Some(Notice::Inbox { tree })
         );
         assert_eq!(Notice::parse("hello world"), None);
         assert_eq!(Notice::parse(""), None);

@@ -102,6 +102,21 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX baton_trees_by_labels ON baton_trees USING gin (labels jsonb_path_ops);
     CREATE INDEX baton_trees_by_id_bytes ON baton_trees (id COLLATE "C");
     "#,
+    // Version 3: each tree's inbox, commands posted for the engine that
+    // holds the tree. A message is pending while its outcome is NULL; the
+    // holder settles it once (fenced by its lease token).
+    "
+    CREATE TABLE baton_inbox (
+        seq     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        tree    bigint NOT NULL,
+        id      text NOT NULL,
+        body    text NOT NULL,
+        posted  bigint NOT NULL,
+        outcome text,
+        UNIQUE (tree, id)
+    );
+    CREATE INDEX baton_inbox_pending ON baton_inbox (seq) WHERE outcome IS NULL;
+    ",
 ];
 
 /// The schema version this build writes.

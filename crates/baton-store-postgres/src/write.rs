@@ -1046,6 +1046,7 @@ async fn prune(tx: &impl GenericClient, older_than: Timestamp) -> Result<usize, 
         "DELETE FROM baton_records WHERE tree = ANY($1)",
         "DELETE FROM baton_snapshots WHERE tree = ANY($1)",
         "DELETE FROM baton_chunks WHERE tree = ANY($1)",
+        "DELETE FROM baton_inbox WHERE tree = ANY($1)",
     ] {
         execute(tx, sql, &[&keys]).await?;
     }

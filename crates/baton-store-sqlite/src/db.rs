@@ -38,13 +38,13 @@ pub(crate) fn storage(error: rusqlite::Error) -> StoreError {
     kind.caused_by(error)
 }
 
-fn corrupt(what: impl Into<String>) -> StoreError {
+pub(crate) fn corrupt(what: impl Into<String>) -> StoreError {
     StoreError::corrupt(what)
 }
 
 /// SQLite integers are signed; values past `i64::MAX` (292 million years of
 /// milliseconds, or that many tokens) are stored as `i64::MAX`.
-fn int(value: u64) -> i64 {
+pub(crate) fn int(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
@@ -56,17 +56,17 @@ fn parse_kind(text: &str) -> Result<RecordKind, StoreError> {
 }
 
 /// A tree's row as the writer needs it.
-struct TreeRow {
-    key: i64,
+pub(crate) struct TreeRow {
+    pub(crate) key: i64,
     lease_token: Option<i64>,
     lease_owner: Option<String>,
     lease_until: Option<i64>,
-    last_token: i64,
-    head_seq: u64,
+    pub(crate) last_token: i64,
+    pub(crate) head_seq: u64,
     head_hash: Digest,
 }
 
-fn tree_row(conn: &Connection, tree: TreeId) -> Result<Option<TreeRow>, StoreError> {
+pub(crate) fn tree_row(conn: &Connection, tree: TreeId) -> Result<Option<TreeRow>, StoreError> {
     let mut statement = conn
         .prepare_cached(
             "SELECT key, lease_token, lease_owner, lease_until, last_token, head_seq, head_hash
@@ -706,6 +706,7 @@ pub(crate) fn prune(conn: &Connection, older_than: Timestamp) -> Result<usize, S
             "DELETE FROM records WHERE tree = ?1",
             "DELETE FROM snapshots WHERE tree = ?1",
             "DELETE FROM chunks WHERE tree = ?1",
+            "DELETE FROM inbox WHERE tree = ?1",
             "DELETE FROM trees WHERE key = ?1",
         ] {
             conn.prepare_cached(sql)

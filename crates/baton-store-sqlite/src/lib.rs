@@ -62,6 +62,7 @@
 
 mod chunk;
 mod db;
+mod inbox;
 mod schema;
 
 use std::path::{Path, PathBuf};
@@ -73,8 +74,8 @@ use std::time::Duration;
 
 use baton_run::log::{Record, Snapshot};
 use baton_run::store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, ListFilter, Listing, Store, StoreError,
-    TreeLoad,
+    AcquireRequest, Acquired, Append, AppendOutcome, Change, Changes, ListFilter, Listing, Message,
+    MessageId, PostOutcome, Posted, Settle, SettleOutcome, Store, StoreError, TreeLoad,
 };
 use baton_run::{BoxFuture, Timestamp, TreeId};
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
@@ -230,6 +231,8 @@ enum Write {
     Renew(TreeId, u64, Timestamp, Reply<bool>),
     Release(TreeId, u64, Reply<()>),
     Prune(Timestamp, Reply<usize>),
+    Post(Message, Reply<PostOutcome>),
+    Settle(Settle, Reply<SettleOutcome>),
 }
 
 /// What a write produced, sent only once its transaction committed.
@@ -243,6 +246,8 @@ enum Written {
     Renewed(bool),
     Released,
     Pruned(usize),
+    Posted(PostOutcome),
+    Settled(SettleOutcome),
 }
 
 /// A read, answered by the reader thread.
@@ -251,12 +256,16 @@ enum Read {
     List(ListFilter, Reply<Listing>),
     History(TreeId, Reply<Vec<Record>>),
     Whole(TreeId, Reply<TreeLoad>),
+    Pending(Option<TreeId>, Reply<Vec<Message>>),
+    Message(TreeId, MessageId, Reply<Option<Posted>>),
 }
 
 struct Inner {
     path: PathBuf,
     /// Payload bytes committed so far; see [`SqliteStore::bytes_written`].
     written: Arc<AtomicU64>,
+    /// Change notices: subscribers and the watcher of other connections.
+    notices: Arc<inbox::Notices>,
     writes: Option<mpsc::Sender<Write>>,
     reads: Option<mpsc::Sender<Read>>,
     threads: Vec<JoinHandle<()>>,
@@ -266,6 +275,9 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // Closing the queues lets each thread finish what is queued, close
         // its connection (the last close checkpoints the WAL) and exit.
+        // The watcher's read-only connection closes first, so the last
+        // connection to close (which checkpoints the WAL) is a writable one.
+        self.notices.stop();
         self.writes.take();
         self.reads.take();
         for thread in self.threads.drain(..) {
@@ -397,10 +409,15 @@ impl SqliteStore {
         let max_batch = config.max_batch.max(1);
         let compact = config.compact;
         let written = Arc::new(AtomicU64::new(0));
-        let counter = Arc::clone(&written);
+        let notices = Arc::new(inbox::Notices::new());
+        let writer_state = Writer {
+            compact,
+            counter: Arc::clone(&written),
+            notices: Arc::clone(&notices),
+        };
         let write_thread = spawn(
             "baton-sqlite-writer",
-            Box::new(move || write_loop(&mut writer, &write_queue, max_batch, compact, &counter)),
+            Box::new(move || write_loop(&mut writer, &write_queue, max_batch, &writer_state)),
         )?;
         let read_thread = spawn(
             "baton-sqlite-reader",
@@ -410,6 +427,7 @@ impl SqliteStore {
             inner: Arc::new(Inner {
                 path,
                 written,
+                notices,
                 writes: Some(writes),
                 reads: Some(reads),
                 threads: vec![write_thread, read_thread],
@@ -590,12 +608,19 @@ fn open_error(path: &Path, error: rusqlite::Error) -> OpenError {
 
 /// The writer thread: drains the queue, applies each group in one
 /// transaction, answers after the commit.
+/// What the writer thread keeps besides its connection.
+struct Writer {
+    compact: bool,
+    /// Payload bytes committed; see [`SqliteStore::bytes_written`].
+    counter: Arc<AtomicU64>,
+    notices: Arc<inbox::Notices>,
+}
+
 fn write_loop(
     conn: &mut Connection,
     queue: &mpsc::Receiver<Write>,
     max_batch: usize,
-    compact: bool,
-    counter: &AtomicU64,
+    writer: &Writer,
 ) {
     while let Ok(first) = queue.recv() {
         let mut group = vec![first];
@@ -605,11 +630,12 @@ fn write_loop(
                 Err(_) => break,
             }
         }
-        apply(conn, group, compact, counter);
+        apply(conn, group, writer);
     }
 }
 
-fn apply(conn: &mut Connection, group: Vec<Write>, compact: bool, counter: &AtomicU64) {
+fn apply(conn: &mut Connection, group: Vec<Write>, writer: &Writer) {
+    let (compact, counter) = (writer.compact, &writer.counter);
     // Payload bytes of this group, added to the counter only if it commits.
     let mut bytes = 0u64;
     let result = (|| {
@@ -626,6 +652,11 @@ fn apply(conn: &mut Connection, group: Vec<Write>, compact: bool, counter: &Atom
     match result {
         Ok(written) => {
             counter.fetch_add(bytes, Ordering::AcqRel);
+            for (write, done) in group.iter().zip(&written) {
+                for change in noticed(write, done) {
+                    writer.notices.hub.notify(change);
+                }
+            }
             for (write, done) in group.into_iter().zip(written) {
                 answer(write, Ok(done));
             }
@@ -639,7 +670,7 @@ fn apply(conn: &mut Connection, group: Vec<Write>, compact: bool, counter: &Atom
         Err(error) => {
             tracing::warn!(%error, size = group.len(), "sqlite group commit failed; retrying one by one");
             for write in group {
-                apply(conn, vec![write], compact, counter);
+                apply(conn, vec![write], writer);
             }
         }
     }
@@ -678,7 +709,29 @@ fn execute(
             Written::Released
         }
         Write::Prune(older_than, _) => Written::Pruned(db::prune(conn, *older_than)?),
+        Write::Post(message, _) => Written::Posted(inbox::post(conn, message)?),
+        Write::Settle(settle, _) => Written::Settled(inbox::settle(conn, settle)?),
     })
+}
+
+/// The notices a committed write gives this store's subscribers.
+fn noticed(write: &Write, done: &Written) -> Vec<Change> {
+    match (write, done) {
+        (Write::Append(batch, _), Written::Appended(outcomes)) => batch
+            .iter()
+            .zip(outcomes)
+            .filter(|(_, outcome)| **outcome == AppendOutcome::Committed)
+            .map(|(append, _)| Change::Tree(append.tree))
+            .collect(),
+        (Write::Release(tree, ..), Written::Released) => vec![Change::Tree(*tree)],
+        (Write::Post(message, _), Written::Posted(PostOutcome::Posted)) => {
+            vec![Change::Inbox(message.tree)]
+        }
+        (Write::Settle(settle, _), Written::Settled(SettleOutcome::Settled)) => {
+            vec![Change::Inbox(settle.tree)]
+        }
+        _ => Vec::new(),
+    }
 }
 
 fn mismatch() -> StoreError {
@@ -724,6 +777,18 @@ fn answer(write: Write, result: Result<Written, StoreError>) {
                 _ => Err(mismatch()),
             }));
         }
+        Write::Post(_, reply) => {
+            let _ = reply.send(result.and_then(|w| match w {
+                Written::Posted(value) => Ok(value),
+                _ => Err(mismatch()),
+            }));
+        }
+        Write::Settle(_, reply) => {
+            let _ = reply.send(result.and_then(|w| match w {
+                Written::Settled(value) => Ok(value),
+                _ => Err(mismatch()),
+            }));
+        }
     }
 }
 
@@ -742,6 +807,12 @@ fn read_loop(conn: &mut Connection, queue: &mpsc::Receiver<Read>) {
             }
             Read::History(tree, reply) => {
                 let _ = reply.send(in_read(conn, |c| db::history(c, tree)));
+            }
+            Read::Pending(tree, reply) => {
+                let _ = reply.send(in_read(conn, |c| inbox::pending(c, tree)));
+            }
+            Read::Message(tree, id, reply) => {
+                let _ = reply.send(in_read(conn, |c| inbox::message(c, tree, &id)));
             }
         }
     }
@@ -798,5 +869,30 @@ impl Store for SqliteStore {
 
     fn history(&self, tree: TreeId) -> BoxFuture<'_, Result<TreeLoad, StoreError>> {
         self.read(|reply| Read::Whole(tree, reply))
+    }
+
+    fn changes(&self) -> BoxFuture<'_, Result<Option<Changes>, StoreError>> {
+        let changes = self.inner.notices.subscribe(&self.inner.path).map(Some);
+        Box::pin(std::future::ready(changes))
+    }
+
+    fn post(&self, message: Message) -> BoxFuture<'_, Result<PostOutcome, StoreError>> {
+        self.write(|reply| Write::Post(message, reply))
+    }
+
+    fn pending(&self, tree: Option<TreeId>) -> BoxFuture<'_, Result<Vec<Message>, StoreError>> {
+        self.read(|reply| Read::Pending(tree, reply))
+    }
+
+    fn settle(&self, settle: Settle) -> BoxFuture<'_, Result<SettleOutcome, StoreError>> {
+        self.write(|reply| Write::Settle(settle, reply))
+    }
+
+    fn message(
+        &self,
+        tree: TreeId,
+        id: MessageId,
+    ) -> BoxFuture<'_, Result<Option<Posted>, StoreError>> {
+        self.read(|reply| Read::Message(tree, id, reply))
     }
 }

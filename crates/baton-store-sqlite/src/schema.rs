@@ -75,6 +75,21 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE trees ADD COLUMN created INTEGER;
     ALTER TABLE trees ADD COLUMN labels TEXT;
     ",
+    // Version 3: each tree's inbox, commands posted for the engine that
+    // holds the tree. A message is pending while its outcome is NULL; the
+    // holder settles it once (fenced by its lease token).
+    "
+    CREATE TABLE inbox (
+        seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+        tree    INTEGER NOT NULL,
+        id      TEXT NOT NULL,
+        body    TEXT NOT NULL,
+        posted  INTEGER NOT NULL,
+        outcome TEXT,
+        UNIQUE (tree, id)
+    );
+    CREATE INDEX inbox_pending ON inbox (seq) WHERE outcome IS NULL;
+    ",
 ];
 
 /// The schema version this build writes.

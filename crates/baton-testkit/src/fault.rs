@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use baton_run::log::{RecordKind, Snapshot};
 use baton_run::store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, ListFilter, Listing, Store, StoreError,
-    TreeLoad,
+    AcquireRequest, Acquired, Append, AppendOutcome, Changes, ListFilter, Listing, Message,
+    MessageId, PostOutcome, Posted, Settle, SettleOutcome, Store, StoreError, TreeLoad,
 };
 use baton_run::{BoxFuture, Timestamp, TreeId};
 
@@ -185,6 +185,45 @@ impl Store for FaultStore {
         match self.dead() {
             Some(error) => failed(error),
             None => self.inner.list(filter),
+        }
+    }
+
+    fn changes(&self) -> BoxFuture<'_, Result<Option<Changes>, StoreError>> {
+        match self.dead() {
+            Some(error) => failed(error),
+            None => self.inner.changes(),
+        }
+    }
+
+    fn post(&self, message: Message) -> BoxFuture<'_, Result<PostOutcome, StoreError>> {
+        match self.dead() {
+            Some(error) => failed(error),
+            None => self.inner.post(message),
+        }
+    }
+
+    fn pending(&self, tree: Option<TreeId>) -> BoxFuture<'_, Result<Vec<Message>, StoreError>> {
+        match self.dead() {
+            Some(error) => failed(error),
+            None => self.inner.pending(tree),
+        }
+    }
+
+    fn settle(&self, settle: Settle) -> BoxFuture<'_, Result<SettleOutcome, StoreError>> {
+        match self.dead() {
+            Some(error) => failed(error),
+            None => self.inner.settle(settle),
+        }
+    }
+
+    fn message(
+        &self,
+        tree: TreeId,
+        id: MessageId,
+    ) -> BoxFuture<'_, Result<Option<Posted>, StoreError>> {
+        match self.dead() {
+            Some(error) => failed(error),
+            None => self.inner.message(tree, id),
         }
     }
 }

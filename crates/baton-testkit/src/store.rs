@@ -58,6 +58,16 @@ use crate::{Cut, FaultStore, ScriptedDispatcher};
 ///   program's exact version, their labels and their start time through
 ///   every later append and lease release; a second start of the same id
 ///   with other labels keeps the first labels;
+/// - **inbox**: a message posts once by id (another body under its id is a
+///   conflict), a tree without records takes none, pending messages list in
+///   post order, a settlement is fenced by the newest lease token (also
+///   after that lease was released) and the first outcome stands;
+/// - **notices**: a store that sends change notices tells a subscriber of
+///   an append, a post and a settlement;
+/// - **answers across engines** ([`answer_across_engines`](crate::answer_across_engines)
+///   on one handle): an answer given through one engine for a tree another
+///   engine holds is applied by the holder; a holder that never applies
+///   makes it time out queued, and the next holder applies it;
 /// - **crash matrix**: with a real engine and a [`FaultStore`] cutting the
 ///   store before and after the first commit of each record kind of a
 ///   one-dispatch program, recovery on the same store shows the guaranteed
@@ -76,6 +86,10 @@ pub async fn store_conformance<S: Store>(factory: impl Fn() -> S) {
     labels(fresh()).await;
     paging(fresh()).await;
     engine_listing(fresh()).await;
+    crate::inbox::inbox(fresh()).await;
+    crate::inbox::notices(fresh()).await;
+    let shared = fresh();
+    crate::inbox::answer_across_engines(shared.clone(), shared).await;
     crash_matrix(&fresh).await;
 }
 
@@ -116,6 +130,11 @@ fn meta(tree: TreeId, scope: &str, status: TreeStatus, updated: u64) -> TreeMeta
 }
 
 /// A valid record whose body carries `content` (so sizes can vary).
+/// The first record of a test tree (for the inbox cases).
+pub(crate) fn first_record(tree: TreeId) -> Record {
+    record(tree, 1, Digest::ZERO, "first")
+}
+
 fn record(tree: TreeId, seq: u64, prev: Digest, content: &str) -> Record {
     let body = RecordBody::EffectSettled {
         process: tree,

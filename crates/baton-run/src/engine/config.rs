@@ -54,6 +54,11 @@ pub struct EngineConfig {
     /// What an idle tree (nothing staged or in flight, no deadline) keeps
     /// in memory while it waits for a command.
     pub sleep: Sleep,
+    /// How long an answer, signal, cancellation or resolution for a tree
+    /// that another live engine holds waits for that engine to apply it
+    /// (the command is posted to the tree's inbox; see
+    /// `TreeError::ForwardTimeout`).
+    pub forward_timeout: Duration,
     /// The idle alarm: a tree whose owner task runs (work in flight, a
     /// backoff, a deadline) but commits nothing for this long while no
     /// wait of it is open for a person gets one non-durable
@@ -66,7 +71,8 @@ pub struct EngineConfig {
 impl EngineConfig {
     /// Defaults over `store`: no programs, the system clock, 30 s leases,
     /// 256 steps per commit, a snapshot after 512 records, 4096 buffered
-    /// events, the default tree limits, and trees unloaded while they sleep.
+    /// events, the default tree limits, trees unloaded while they sleep, and
+    /// 30 s to wait for another engine to apply a forwarded command.
     pub fn new(store: Arc<dyn Store>) -> EngineConfig {
         EngineConfig {
             store,
@@ -78,6 +84,7 @@ impl EngineConfig {
             event_capacity: 4096,
             limits: TreeLimits::default(),
             sleep: Sleep::default(),
+            forward_timeout: Duration::from_secs(30),
             idle_alarm: None,
         }
     }
@@ -93,6 +100,9 @@ impl EngineConfig {
         }
         if self.snapshot_every == 0 {
             return zero("snapshot_every");
+        }
+        if self.forward_timeout.is_zero() {
+            return zero("forward_timeout");
         }
         if self.event_capacity == 0 {
             return zero("event_capacity");

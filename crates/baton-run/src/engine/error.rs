@@ -226,6 +226,35 @@ pub enum TreeError {
         /// Expiry.
         until: Timestamp,
     },
+    /// Another live engine holds the tree, and it did not apply the command
+    /// posted to the tree's inbox within
+    /// [`EngineConfig::forward_timeout`](super::EngineConfig::forward_timeout).
+    /// The command stays queued and the holder (or whichever engine takes
+    /// the tree up next) applies it.
+    #[error(
+        "engine.forward.timeout: tree {tree} is held by {owner}, which has not applied the command within {waited:?}; the command is queued in the tree's inbox and will be applied by the holder (repeating an answer is safe: answers are idempotent by wait id)"
+    )]
+    ForwardTimeout {
+        /// The tree.
+        tree: TreeId,
+        /// The holder when the command was posted.
+        owner: String,
+        /// How long the caller waited.
+        waited: std::time::Duration,
+    },
+    /// The engine holding the tree refused the forwarded command with an
+    /// error this engine has no variant for.
+    #[error(
+        "engine.forward.failed: tree {tree}: the holding engine refused the command: {code}: {message}"
+    )]
+    ForwardFailed {
+        /// The tree.
+        tree: TreeId,
+        /// The holder's failure code.
+        code: String,
+        /// The holder's message.
+        message: String,
+    },
     /// The engine is shutting down and takes up no more trees.
     #[error(
         "engine.shutting_down: the engine is shutting down and takes up no tree; tree {tree} continues on the next engine that recovers it"
@@ -252,6 +281,8 @@ impl TreeError {
             TreeError::ProgramUnavailable { .. } => "engine.program.unavailable",
             TreeError::Corrupt { .. } => "engine.log.corrupt",
             TreeError::LeaseHeld { .. } => "engine.lease.held",
+            TreeError::ForwardTimeout { .. } => "engine.forward.timeout",
+            TreeError::ForwardFailed { .. } => "engine.forward.failed",
             TreeError::ShuttingDown { .. } => "engine.shutting_down",
             TreeError::Stopped(error) => error.code(),
             TreeError::Store(_) => "engine.store.failed",

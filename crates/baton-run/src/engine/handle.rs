@@ -114,6 +114,11 @@ impl<O> ProcessHandle<O> {
         }
     }
 
+    /// What the tree's handles share.
+    pub(super) fn shared(&self) -> Arc<TreeShared> {
+        self.shared.clone()
+    }
+
     /// The process id.
     pub fn id(&self) -> ProcessId {
         self.process

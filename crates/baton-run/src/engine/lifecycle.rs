@@ -212,7 +212,10 @@ pub(super) async fn resume(
             return Err(error);
         }
     };
-    spawn(engine, folded, lease.token, BTreeMap::new())
+    let shared = spawn(engine, folded, lease.token, BTreeMap::new())?;
+    // Messages posted while the tree changed hands are applied now.
+    engine.nudge_inbox(Some(tree));
+    Ok(shared)
 }
 
 /// A shared record of a tree that has already finished.
@@ -290,6 +293,8 @@ fn prepare(
         outcome,
         renew: false,
     };
+    // The engine now holds a tree: its inbox task listens from here on.
+    engine.nudge_inbox(None);
     let (sender, channels) = Channels::new();
     let actor = Actor::new(
         engine, &shared, state, owner, programs, executions, channels,
@@ -443,6 +448,8 @@ pub(super) fn wake(
     // registry only grows.
     let programs = programs_of(engine, &state).unwrap_or_default();
     let tree = state.root;
+    // The engine now holds a tree: its inbox task listens from here on.
+    engine.nudge_inbox(None);
     let (sender, channels) = Channels::new();
     let actor = Actor::new(
         engine,
@@ -466,6 +473,8 @@ fn launch_reloading(
     owner: Owner,
 ) -> mpsc::UnboundedSender<Box<Command>> {
     let tree = shared.tree;
+    // The engine now holds a tree: its inbox task listens from here on.
+    engine.nudge_inbox(None);
     let (sender, channels) = Channels::new();
     let (engine_ref, shared) = (engine.clone(), shared.clone());
     spawn_owner(engine, tree, async move {

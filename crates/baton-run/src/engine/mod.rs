@@ -9,6 +9,8 @@
 //!   published outcome, the door commands go through);
 //! - `lease.rs`: owner names, liveness of other owners, lease acquisition;
 //! - `lifecycle.rs`: how a tree starts, is taken up, sleeps and wakes;
+//! - `commands.rs`: answers, signals, cancellations and resolutions by
+//!   tree id, and `inbox.rs` how they reach a tree another engine holds;
 //! - `actor.rs`: the owner task of a tree (rounds, commit loop), and
 //!   `mailbox.rs` the commands it takes in;
 //! - `round.rs`: what a round decides, as plain functions over the fold;
@@ -19,10 +21,12 @@
 //! - `view.rs`: projections of committed state and the event stream.
 
 mod actor;
+mod commands;
 mod config;
 mod dispatch;
 mod error;
 mod handle;
+mod inbox;
 mod lease;
 mod lifecycle;
 mod mailbox;
@@ -48,10 +52,10 @@ use crate::budget::{Budget, Capabilities, TreeLimits};
 use crate::clock::{Clock, Timestamp};
 use crate::digest::Digest;
 use crate::failure::Failure;
-use crate::ids::{EffectId, Name, ProcessId, Scope, SignalId, StartId, TreeId, WaitId};
+use crate::ids::{Name, ProcessId, Scope, SignalId, StartId, TreeId, WaitId};
 use crate::labels::Labels;
 use crate::payload::Payload;
-use crate::protocol::{Program, Settlement};
+use crate::protocol::Program;
 use crate::storage::{ListFilter, Store, StoreError, TreeLoad, TreeStatus};
 
 pub use config::{ConfigError, EngineConfig, Sleep};
@@ -248,6 +252,10 @@ pub(crate) struct EngineInner {
     events: broadcast::Sender<Event>,
     /// Set by [`Engine::shutdown`]: no new start and no take-up.
     closing: std::sync::atomic::AtomicBool,
+    /// How long a forwarded command waits for the holder.
+    forward_timeout: Duration,
+    /// Nudges for the inbox task, once it runs (see `inbox.rs`).
+    inbox: Mutex<Option<tokio::sync::mpsc::UnboundedSender<TreeId>>>,
 }
 
 /// Runs trees of programs: the only constructor of processes.
@@ -411,6 +419,8 @@ impl Engine {
                 tasks: Mutex::new(Vec::new()),
                 events,
                 closing: std::sync::atomic::AtomicBool::new(false),
+                forward_timeout: config.forward_timeout,
+                inbox: Mutex::new(None),
             }),
         })
     }
@@ -574,68 +584,6 @@ impl Engine {
         }
         report.sort_by_key(|(tree, _)| *tree);
         Ok(report)
-    }
-
-    /// Answers a wait anywhere in a tree, by the wait's id: the tree's
-    /// writer finds the process that opened it. The answer's signal id is
-    /// derived from the wait (`answer.<wait id>`), so sending the same answer
-    /// again is a `Duplicate` (also after it completed the process or the
-    /// whole tree) and another answer to the same wait is a `Conflict`.
-    pub async fn answer(
-        &self,
-        scope: &Scope,
-        tree: TreeId,
-        wait: WaitId,
-        value: Payload,
-    ) -> Result<SignalReceipt, SignalError> {
-        let request = SignalRequest {
-            id: SignalId::new(format!("answer.{wait}")).expect("a wait id makes a valid signal id"),
-            wait: Some(wait),
-            payload: value,
-        };
-        let handle: ProcessHandle = self
-            .process(scope, tree)
-            .await
-            .map_err(SignalError::from_tree)?;
-        handle.answer(request).await
-    }
-
-    /// Settles an unknown effect anywhere in a tree with the host's
-    /// settlement (never unknown).
-    pub async fn resolve_unknown(
-        &self,
-        scope: &Scope,
-        tree: TreeId,
-        effect: EffectId,
-        settlement: Settlement,
-    ) -> Result<(), ControlError> {
-        if settlement.is_unknown() {
-            return Err(ControlError::Invalid(
-                "a resolution must be succeeded or failed".into(),
-            ));
-        }
-        let handle: ProcessHandle = self.process(scope, tree).await?;
-        handle
-            .control(|reply| Command::Resolve {
-                effect,
-                settlement,
-                reply,
-            })
-            .await
-    }
-
-    /// Dispatches an unknown effect of a tree again under its identity (the
-    /// host asserts it is safe).
-    pub async fn replay_unknown(
-        &self,
-        scope: &Scope,
-        tree: TreeId,
-        effect: EffectId,
-    ) -> Result<(), ControlError> {
-        let handle: ProcessHandle = self.process(scope, tree).await?;
-        handle
-            .control(|reply| Command::Replay { effect, reply })
-            .await
     }
 
     /// The full committed state of a stored tree.

@@ -19,6 +19,8 @@ use crate::log::RecordBody;
 use crate::payload::Payload;
 use crate::protocol::{ProgramRole, Transition};
 
+use crate::storage::{Change, Changes};
+
 use super::EngineInner;
 use super::error::TreeError;
 use super::state::TreeState;
@@ -26,7 +28,8 @@ use super::state::replay;
 use super::view::{Event, EventKind, LiveProgress};
 
 /// How often a watch reads the store again for a tree no writer in this
-/// engine runs (another process may be writing it).
+/// engine runs (another process may be writing it), when the store sends
+/// no change notices; with notices, it reads again on each notice.
 const STORE_RECHECK: Duration = Duration::from_secs(1);
 
 /// One event of a tree's stream ([`super::Engine::watch`]). Its JSON shape
@@ -328,6 +331,8 @@ pub struct Watch {
     next_seq: u64,
     /// The tree has finished and every committed fact is queued.
     ended: bool,
+    /// The store's change notices, when it sends them.
+    changes: Option<Changes>,
 }
 
 impl std::fmt::Debug for Watch {
@@ -348,8 +353,11 @@ impl Watch {
         tree: TreeId,
         from: u64,
     ) -> Result<Watch, TreeError> {
+        // Subscribed before the log is read, so no commit in between is missed.
+        let changes = engine.store.changes().await.ok().flatten();
         let mut watch = Watch {
             receiver: engine.events.subscribe(),
+            changes,
             engine,
             tree,
             scope: scope.clone(),
@@ -379,8 +387,9 @@ impl Watch {
             }
             // A tree this engine does not write may be written by another
             // process, whose commits reach no channel here: read the store
-            // again now and then.
+            // again on its notices, or now and then when it sends none.
             let written_here = self.engine.live(self.tree).is_some();
+            let polling = self.changes.is_none();
             let clock = self.engine.clock.clone();
             let recheck = clock.now().plus(STORE_RECHECK);
             tokio::select! {
@@ -405,7 +414,12 @@ impl Watch {
                         self.ended = true;
                     }
                 },
-                () = clock.sleep_until(recheck), if !written_here => {
+                () = changed(&mut self.changes, self.tree), if !written_here => {
+                    if let Err(error) = self.catch_up().await {
+                        return Some(Err(error));
+                    }
+                }
+                () = clock.sleep_until(recheck), if !written_here && polling => {
                     if let Err(error) = self.catch_up().await {
                         return Some(Err(error));
                     }
@@ -529,5 +543,25 @@ impl Watch {
         self.next_seq = self.next_seq.max(head_seq + 1);
         self.ended = state.done();
         Ok(())
+    }
+}
+
+/// Waits for a store notice about `tree`, or one that notices were missed;
+/// never returns without notices. When the store stops sending them, it
+/// returns once (to read again now) and the watch falls back to its timer.
+async fn changed(changes: &mut Option<Changes>, tree: TreeId) {
+    loop {
+        let Some(subscription) = changes.as_mut() else {
+            return std::future::pending().await;
+        };
+        match subscription.next().await {
+            Some(Change::Tree(changed)) if changed == tree => return,
+            Some(Change::Missed) => return,
+            Some(_) => {}
+            None => {
+                *changes = None;
+                return;
+            }
+        }
     }
 }

@@ -101,6 +101,13 @@ pub fn tree(tree: TreeId, error: &TreeError) -> Problem {
             Problem::new(StatusCode::CONFLICT, code, error.to_string())
         }
         TreeError::Stopped(stopped) => runtime(stopped),
+        // The command is queued in the tree's inbox; the holder applies it.
+        TreeError::ForwardTimeout { .. } => {
+            Problem::new(StatusCode::GATEWAY_TIMEOUT, code, error.to_string())
+        }
+        TreeError::ForwardFailed { .. } => {
+            Problem::new(StatusCode::BAD_GATEWAY, code, error.to_string())
+        }
         TreeError::Store(_) => {
             Problem::new(StatusCode::SERVICE_UNAVAILABLE, code, error.to_string())
         }

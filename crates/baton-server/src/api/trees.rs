@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use baton::run::store::{ListCursor, ListFilter, TreeStatus};
 use baton::run::{
     EffectId, Failure, FailureKind, Labels, Name, Payload, ProcessHandle, Settlement,
-    SignalReceipt, StartId, StartRequest, Started, TreeId, TreeView, Visibility, WaitId,
+    SignalReceipt, StartId, StartRequest, Started, TreeError, TreeId, TreeView, Visibility, WaitId,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -292,6 +292,52 @@ pub(crate) async fn handle(
     drop(engine);
     host.track(handle.clone(), None);
     Ok(handle)
+}
+
+/// A handle on a tree of the caller's scope, as [`handle`] takes it; `None`
+/// when another live engine holds the tree (the engine then forwards the
+/// command through the tree's inbox, and the tree is followed there).
+async fn handle_unless_held(
+    host: &Arc<Host>,
+    caller: &Caller,
+    tree: TreeId,
+) -> Result<Option<ProcessHandle>, Problem> {
+    let engine = host.engine().await.map_err(|_| Problem::shutting_down())?;
+    let handle = match engine.process::<Payload>(&caller.scope, tree).await {
+        Ok(handle) => handle,
+        Err(TreeError::LeaseHeld { .. }) => return Ok(None),
+        Err(error) => return Err(problem::tree(tree, &error)),
+    };
+    drop(engine);
+    host.track(handle.clone(), None);
+    Ok(Some(handle))
+}
+
+/// What a command settled to: by the local handle, or (for a tree another
+/// engine holds) the tree as the store shows it, the condition not awaited.
+async fn settle_or_show(
+    host: &Arc<Host>,
+    caller: &Caller,
+    tree: TreeId,
+    handle: Option<(ProcessHandle, tokio::sync::OwnedSemaphorePermit)>,
+    until: UntilQuery,
+) -> Result<Option<SettledBody>, Problem> {
+    if let Some((handle, permit)) = handle {
+        host.track(handle.clone(), Some(permit));
+        return settle(host, &handle, until).await;
+    }
+    if until.until.is_none() {
+        return Ok(None);
+    }
+    let engine = host.engine().await.map_err(|_| Problem::shutting_down())?;
+    let view = engine
+        .inspect(&caller.scope, tree, Visibility::Public)
+        .await
+        .map_err(|error| problem::tree(tree, &error))?;
+    Ok(Some(SettledBody {
+        reached: false,
+        view,
+    }))
 }
 
 /// A permit to move one tree, within the request's timeout.
@@ -568,7 +614,8 @@ pub(crate) async fn log(
         (status = 400, description = "Malformed ids or body.", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No or unknown token.", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such tree in the token's scope, or no such wait.", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Answered before with another answer, the process ended, or another engine holds the tree.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Answered before with another answer, or the process ended.", body = Problem, content_type = "application/problem+json"),
+        (status = 504, description = "Another engine holds the tree and did not apply the answer in time; it stays queued and that engine applies it (`engine.forward.timeout`; answering again is safe).", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large.", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The answer fails the wait's answer schema.", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Shutting down, at capacity, or the store is unavailable.", body = Problem, content_type = "application/problem+json"),
@@ -589,7 +636,7 @@ pub(crate) async fn answer(
     let answer = Payload::parse(&bytes)
         .map_err(|error| Problem::malformed(format!("the answer is not JSON: {error}")))?;
     let permit = permit(&host, until).await?;
-    let handle = handle(&host, &caller, tree).await?;
+    let handle = handle_unless_held(&host, &caller, tree).await?;
     let receipt = {
         let engine = host.engine().await.map_err(|_| Problem::shutting_down())?;
         engine
@@ -597,8 +644,8 @@ pub(crate) async fn answer(
             .await
             .map_err(|error| problem::signal(tree, &error))?
     };
-    host.track(handle.clone(), Some(permit));
-    let settled = settle(&host, &handle, until).await?;
+    let held = handle.map(|handle| (handle, permit));
+    let settled = settle_or_show(&host, &caller, tree, held, until).await?;
     Ok(Json(AnsweredBody {
         tree: tree.to_string(),
         wait: wait.to_string(),
@@ -621,7 +668,8 @@ pub(crate) async fn answer(
         (status = 400, description = "Malformed id or body.", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No or unknown token.", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such tree in the token's scope.", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The tree ended, or another engine holds it.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The tree ended.", body = Problem, content_type = "application/problem+json"),
+        (status = 504, description = "Another engine holds the tree and did not apply the command in time; it stays queued and that engine applies it (`engine.forward.timeout`).", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large.", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Shutting down, at capacity, or the store is unavailable.", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -636,13 +684,16 @@ pub(crate) async fn cancel(
     let until = query(until)?;
     let body: CancelBody = json(body)?;
     let permit = permit(&host, until).await?;
-    let handle = handle(&host, &caller, tree).await?;
-    handle
-        .cancel(body.reason)
-        .await
-        .map_err(|error| problem::control(tree, &error))?;
-    host.track(handle.clone(), Some(permit));
-    let settled = settle(&host, &handle, until).await?;
+    let handle = handle_unless_held(&host, &caller, tree).await?;
+    {
+        let engine = host.engine().await.map_err(|_| Problem::shutting_down())?;
+        engine
+            .cancel(&caller.scope, tree, tree, body.reason)
+            .await
+            .map_err(|error| problem::control(tree, &error))?;
+    }
+    let held = handle.map(|handle| (handle, permit));
+    let settled = settle_or_show(&host, &caller, tree, held, until).await?;
     Ok(Json(ControlledBody {
         tree: tree.to_string(),
         settled,
@@ -659,7 +710,7 @@ pub(crate) async fn cancel(
         (status = 400, description = "Malformed ids or body.", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No or unknown token.", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such tree in the token's scope, or the effect is not unknown.", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Another engine holds the tree.", body = Problem, content_type = "application/problem+json"),
+        (status = 504, description = "Another engine holds the tree and did not apply the resolution in time; it stays queued and that engine applies it (`engine.forward.timeout`).", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large.", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Shutting down, at capacity, or the store is unavailable.", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -692,7 +743,7 @@ pub(crate) async fn resolve(
         }
     };
     let permit = permit(&host, until).await?;
-    let handle = handle(&host, &caller, tree).await?;
+    let handle = handle_unless_held(&host, &caller, tree).await?;
     {
         let engine = host.engine().await.map_err(|_| Problem::shutting_down())?;
         engine
@@ -700,8 +751,8 @@ pub(crate) async fn resolve(
             .await
             .map_err(|error| problem::control(tree, &error))?;
     }
-    host.track(handle.clone(), Some(permit));
-    let settled = settle(&host, &handle, until).await?;
+    let held = handle.map(|handle| (handle, permit));
+    let settled = settle_or_show(&host, &caller, tree, held, until).await?;
     Ok(Json(ControlledBody {
         tree: tree.to_string(),
         settled,

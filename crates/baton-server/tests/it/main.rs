@@ -9,6 +9,7 @@
 
 mod api;
 mod console;
+mod forward;
 mod openapi;
 mod process;
 mod support;

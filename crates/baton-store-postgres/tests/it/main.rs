@@ -9,6 +9,7 @@
 mod conformance;
 mod corruption;
 mod errors;
+mod inbox;
 mod leases;
 mod migration;
 mod soak;

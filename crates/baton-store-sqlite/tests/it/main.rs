@@ -6,4 +6,5 @@
 mod conformance;
 mod corruption;
 mod engine;
+mod inbox;
 mod sqlite;

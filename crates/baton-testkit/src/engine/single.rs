@@ -8,8 +8,8 @@ use std::time::Duration;
 use baton_run::dispatch::ReplayPolicy;
 use baton_run::log::{RecordKind, Snapshot};
 use baton_run::store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, ListFilter, Listing, Store, StoreError,
-    TreeLoad,
+    AcquireRequest, Acquired, Append, AppendOutcome, Changes, ListFilter, Listing, Message,
+    MessageId, PostOutcome, Posted, Settle, SettleOutcome, Store, StoreError, TreeLoad,
 };
 use baton_run::{
     BoxFuture, Budget, Cause, ControlError, Engine, EngineConfig, EventKind, FailureKind,
@@ -618,6 +618,30 @@ impl Store for Usurped {
 
     fn list(&self, filter: ListFilter) -> BoxFuture<'_, Result<Listing, StoreError>> {
         self.inner.list(filter)
+    }
+
+    fn changes(&self) -> BoxFuture<'_, Result<Option<Changes>, StoreError>> {
+        self.inner.changes()
+    }
+
+    fn post(&self, message: Message) -> BoxFuture<'_, Result<PostOutcome, StoreError>> {
+        self.inner.post(message)
+    }
+
+    fn pending(&self, tree: Option<TreeId>) -> BoxFuture<'_, Result<Vec<Message>, StoreError>> {
+        self.inner.pending(tree)
+    }
+
+    fn settle(&self, settle: Settle) -> BoxFuture<'_, Result<SettleOutcome, StoreError>> {
+        self.inner.settle(settle)
+    }
+
+    fn message(
+        &self,
+        tree: TreeId,
+        id: MessageId,
+    ) -> BoxFuture<'_, Result<Option<Posted>, StoreError>> {
+        self.inner.message(tree, id)
     }
 }
 
