@@ -313,7 +313,7 @@ fn watch_follows_a_tree_answered_by_another_process_until_it_ends() {
     let last = events.last().expect("events");
     assert_eq!(last["kind"], "terminated", "{last}");
     assert_eq!(last["data"]["status"], "completed", "{last}");
-    assert!(last["data"]["output"].is_string(), "{last}");
+    assert!(last["data"]["output"].is_object(), "{last}");
     assert_eq!(host.stored_status(&tree), TreeStatus::Done);
 }
 
@@ -416,15 +416,23 @@ fn a_tree_held_by_a_live_process_is_refused_with_when_and_how_to_take_it() {
         .as_str()
         .expect("tree")
         .to_owned();
-    let held = host.fails(&["cancel", &tree]);
+    // A cancellation reaches the live holder through the tree's inbox.
+    let cancelled = host.ok(&["cancel", &tree]);
+    assert!(cancelled.contains(&format!("tree {tree}")), "{cancelled}");
+    // Taking the tree is refused while its lease is live, saying when it
+    // expires and how to take it anyway.
+    let recovered = host.run(&["recover"]);
     wait_and_kill(child);
+    assert!(!recovered.status.success());
+    let held = String::from_utf8(recovered.stdout).expect("utf-8");
     assert!(held.contains("engine.lease.held"), "{held}");
     assert!(
         held.contains(" UTC, in "),
         "says when the lease expires: {held}"
     );
     assert!(
-        held.ends_with("or take the tree now with `acme recover --force`"),
+        held.trim_end()
+            .ends_with("or take the tree now with `acme recover --force`"),
         "{held}"
     );
 }
