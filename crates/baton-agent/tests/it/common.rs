@@ -187,3 +187,16 @@ pub async fn next_request(requests: &mut mpsc::UnboundedReceiver<Request>) -> Re
         .expect("the model is called in time")
         .expect("the model is alive")
 }
+
+/// The outputs of the tool results in a request's conversation, in order.
+pub fn tool_results(request: &Request) -> Vec<String> {
+    request
+        .messages()
+        .iter()
+        .flat_map(|message| message.parts())
+        .filter_map(|part| match part {
+            baton_agent::Part::ToolResult { result } => Some(result.output.clone()),
+            _ => None,
+        })
+        .collect()
+}

@@ -20,15 +20,7 @@ use crate::common::*;
 /// they said.
 fn echoing_model() -> ScriptedModel {
     ScriptedModel::new("echoer", |request: &Request| {
-        let results: Vec<String> = request
-            .messages()
-            .iter()
-            .flat_map(|message| message.parts())
-            .filter_map(|part| match part {
-                baton_agent::Part::ToolResult { result } => Some(result.output.clone()),
-                _ => None,
-            })
-            .collect();
+        let results = tool_results(request);
         if results.is_empty() {
             Ok(Response::calls(vec![
                 call("c1", "echo", r#"{"text":"one"}"#),

@@ -27,15 +27,7 @@ use crate::common::*;
 /// tool results, answers with their outputs joined by `|`.
 fn caller(calls: Vec<ToolCall>) -> ScriptedModel {
     ScriptedModel::new("caller", move |request: &Request| {
-        let results: Vec<String> = request
-            .messages()
-            .iter()
-            .flat_map(|message| message.parts())
-            .filter_map(|part| match part {
-                baton_agent::Part::ToolResult { result } => Some(result.output.clone()),
-                _ => None,
-            })
-            .collect();
+        let results = tool_results(request);
         if results.is_empty() {
             Ok(Response::calls(calls.clone()).expect("valid"))
         } else {
