@@ -128,8 +128,8 @@ pub mod store {
     pub use crate::rows::{StoredMeta, stored_digest, stored_status, stored_uint};
     pub use crate::storage::{
         AcquireRequest, Acquired, Append, AppendOutcome, Change, ChangeHub, ChangeSender, Changes,
-        CursorError, ErrorSource, Lease, ListCursor, ListFilter, Listing, Message, MessageId,
-        MessageIdError, PostOutcome, Posted, Settle, SettleOutcome, Store, StoreError, TreeLoad,
-        TreeMeta, TreeStatus, UnreadableRow,
+        CreateTree, Created, CursorError, ErrorSource, Lease, ListCursor, ListFilter, Listing,
+        Message, MessageId, MessageIdError, PostOutcome, Posted, Settle, SettleOutcome, Store,
+        StoreError, TreeLoad, TreeMeta, TreeStatus, UnreadableRow,
     };
 }

@@ -202,6 +202,84 @@ pub struct Append {
     pub release: bool,
 }
 
+/// A new tree's first commit, in one transaction (see [`Store::create_tree`]):
+/// the writer lease is granted, the tree's first records are appended with
+/// their listing metadata and, unless `hold` asks to keep it, the lease is
+/// given up again in the same commit.
+///
+/// This is how a root that ends or waits within its first round costs one
+/// durable commit: its start, its steps, its end and the lease's release.
+#[derive(Clone, Debug)]
+pub struct CreateTree {
+    /// The tree (its root process).
+    pub tree: TreeId,
+    /// The writer the lease is granted to (e.g. `host/pid/engine-n`).
+    pub owner: String,
+    /// The current time.
+    pub now: Timestamp,
+    /// How long the lease lasts unless renewed.
+    pub ttl: Duration,
+    /// Consecutive records from sequence 1 (the first's `prev` is
+    /// [`Digest::ZERO`]).
+    pub records: Vec<Record>,
+    /// Listing metadata after these records.
+    pub meta: TreeMeta,
+    /// Keep the lease: the writer goes on writing the tree. `false` gives it
+    /// up in the same commit, as a last append's [`Append::release`] does.
+    pub hold: bool,
+}
+
+impl CreateTree {
+    /// Checks the shape a store relies on: at least one record, the first
+    /// at sequence 1 after [`Digest::ZERO`], each the next of the one before.
+    /// A request that fails is a caller's defect, refused before anything
+    /// is written.
+    pub fn check(&self) -> Result<(), StoreError> {
+        let Some(first) = self.records.first() else {
+            return Err(StoreError::refused(
+                "create_tree: a new tree needs a record",
+            ));
+        };
+        if first.seq != 1 || first.prev != Digest::ZERO {
+            return Err(StoreError::refused(format!(
+                "create_tree: the first record must be sequence 1 after the zero digest, not {}",
+                first.seq
+            )));
+        }
+        let chained = self
+            .records
+            .windows(2)
+            .all(|pair| pair[1].seq == pair[0].seq + 1 && pair[1].prev == pair[0].hash);
+        if !chained {
+            return Err(StoreError::refused(
+                "create_tree: the records must follow one another",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The outcome of [`Store::create_tree`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Created {
+    /// The records are durable. The lease's token is the newest granted on
+    /// the tree; when `hold` was not asked the commit gave the lease up, and
+    /// the token only fences older writers.
+    Committed(Lease),
+    /// The tree already has records: nothing was written. Take it up with
+    /// [`Store::acquire`].
+    Exists,
+    /// The tree has no records but a live lease of someone else (a start
+    /// under way elsewhere, or one that failed before its first commit):
+    /// nothing was written.
+    LeaseHeld {
+        /// Its holder.
+        owner: String,
+        /// When it expires.
+        until: Timestamp,
+    },
+}
+
 /// The outcome of one [`Append`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AppendOutcome {
@@ -530,6 +608,56 @@ pub trait Store: Send + Sync + 'static {
     /// owner decides whether to force), so a writer cannot fence itself by
     /// asking twice.
     fn acquire(&self, request: AcquireRequest) -> BoxFuture<'_, Result<Acquired, StoreError>>;
+
+    /// Commits a new tree's first records in one transaction (see
+    /// [`CreateTree`]): when the tree has no records and no live lease of
+    /// someone else, the lease is granted to `create.owner` (its token newer
+    /// than any granted before), the records and metadata are appended and,
+    /// unless `create.hold`, the lease is released again, all or nothing.
+    /// Durable when this returns [`Created::Committed`]; otherwise nothing
+    /// was written.
+    ///
+    /// The default does the same with [`Store::acquire`], [`Store::append`]
+    /// and [`Store::release`]: the same outcomes, but in up to three
+    /// transactions (a crash between them leaves a lease on a tree without
+    /// records, which expires). Stores override it to make it one.
+    fn create_tree(&self, create: CreateTree) -> BoxFuture<'_, Result<Created, StoreError>> {
+        Box::pin(async move {
+            create.check()?;
+            let request = AcquireRequest {
+                tree: create.tree,
+                owner: create.owner,
+                now: create.now,
+                ttl: create.ttl,
+                force: false,
+            };
+            let (lease, load) = match self.acquire(request).await? {
+                Acquired::Granted { lease, load } => (lease, load),
+                Acquired::LeaseHeld { owner, until } => {
+                    return Ok(Created::LeaseHeld { owner, until });
+                }
+            };
+            if load.exists() {
+                self.release(create.tree, lease.token).await?;
+                return Ok(Created::Exists);
+            }
+            let append = Append {
+                tree: create.tree,
+                token: lease.token,
+                records: create.records,
+                meta: create.meta,
+                release: !create.hold,
+            };
+            match self.append(vec![append]).await?.first() {
+                Some(AppendOutcome::Committed | AppendOutcome::Duplicate) => {
+                    Ok(Created::Committed(lease))
+                }
+                // Another writer took the lease over in between: the tree
+                // is theirs now.
+                _ => Ok(Created::Exists),
+            }
+        })
+    }
 
     /// Reads a tree without taking a lease (empty if unknown).
     fn load(&self, tree: TreeId) -> BoxFuture<'_, Result<TreeLoad, StoreError>>;

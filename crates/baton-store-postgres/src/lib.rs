@@ -86,8 +86,9 @@ use std::thread::JoinHandle;
 
 use baton_run::log::{Record, Snapshot};
 use baton_run::store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, Changes, ListFilter, Listing, Message,
-    MessageId, PostOutcome, Posted, Settle, SettleOutcome, Store, StoreError, TreeLoad,
+    AcquireRequest, Acquired, Append, AppendOutcome, Changes, CreateTree, Created, ListFilter,
+    Listing, Message, MessageId, PostOutcome, Posted, Settle, SettleOutcome, Store, StoreError,
+    TreeLoad,
 };
 use baton_run::{BoxFuture, Timestamp, TreeId};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -519,6 +520,10 @@ async fn listen_loop(settings: tokio_postgres::Config, mut queue: ListenQueue) {
 impl Store for PostgresStore {
     fn acquire(&self, request: AcquireRequest) -> BoxFuture<'_, Result<Acquired, StoreError>> {
         self.write(|reply| Write::Acquire(request, reply))
+    }
+
+    fn create_tree(&self, create: CreateTree) -> BoxFuture<'_, Result<Created, StoreError>> {
+        self.write(|reply| Write::Create(create, reply))
     }
 
     fn load(&self, tree: TreeId) -> BoxFuture<'_, Result<TreeLoad, StoreError>> {

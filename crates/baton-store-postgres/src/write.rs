@@ -18,9 +18,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use baton_run::log::Snapshot;
+use baton_run::log::{Record, Snapshot};
 use baton_run::store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, Lease, StoreError, TreeStatus,
+    AcquireRequest, Acquired, Append, AppendOutcome, CreateTree, Created, Lease, StoreError,
+    TreeStatus,
 };
 use baton_run::{Digest, Timestamp, TreeId};
 use deadpool_postgres::{GenericClient, Pool};
@@ -37,6 +38,7 @@ pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 /// A write, applied by the writer inside a group transaction.
 pub(crate) enum Write {
     Acquire(AcquireRequest, Reply<Acquired>),
+    Create(CreateTree, Reply<Created>),
     Append(Vec<Append>, Reply<Vec<AppendOutcome>>),
     Snapshot(TreeId, u64, Snapshot, Reply<AppendOutcome>),
     Renew(TreeId, u64, Timestamp, Reply<bool>),
@@ -54,6 +56,7 @@ enum Written {
     /// later in the group can change a tree just granted: every other write
     /// to it holds an older token and is fenced).
     Granted(Lease, TreeId),
+    Created(Created),
     Appended(Vec<AppendOutcome>),
     Snapshot(AppendOutcome),
     Renewed(bool),
@@ -350,6 +353,10 @@ impl<'a> Group<'a> {
                     touched.insert(request.tree.to_string());
                     acquired.insert(request.tree.to_string());
                 }
+                Write::Create(create, _) => {
+                    touched.insert(create.tree.to_string());
+                    acquired.insert(create.tree.to_string());
+                }
                 Write::Append(batch, _) => {
                     touched.extend(batch.iter().map(|append| append.tree.to_string()));
                 }
@@ -392,7 +399,7 @@ impl<'a> Group<'a> {
         };
         let grants = group
             .iter()
-            .filter(|write| matches!(write, Write::Acquire(..)))
+            .filter(|write| matches!(write, Write::Acquire(..) | Write::Create(..)))
             .count() as i64;
         let tokens = if grants == 0 {
             Vec::new()
@@ -446,6 +453,7 @@ impl<'a> Group<'a> {
     ) -> Result<Written, Failure> {
         Ok(match write {
             Write::Acquire(request, _) => self.acquire(request)?,
+            Write::Create(create, _) => Written::Created(self.create(create)?),
             Write::Append(batch, _) => {
                 let mut outcomes = Vec::with_capacity(batch.len());
                 for append in batch {
@@ -513,6 +521,65 @@ impl<'a> Group<'a> {
         Ok(Written::Granted(lease, request.tree))
     }
 
+    /// A new tree's first commit: the grant, the records and the metadata,
+    /// and the lease kept or given up again, in this group's transaction.
+    fn create(&mut self, create: &'a CreateTree) -> Result<Created, Failure> {
+        create.check()?;
+        let now = match self.clock {
+            LeaseClock::Database => self.now,
+            LeaseClock::Requests => int(create.now.0),
+        };
+        let minted = self.tokens.pop();
+        let row = self
+            .row(create.tree)?
+            .ok_or_else(|| StoreError::unavailable("a tree row vanished while locked"))?;
+        // A snapshot or a compaction never lowers the head.
+        if row.head_seq > 0 {
+            return Ok(Created::Exists);
+        }
+        if let (Some(_), Some(owner), Some(until)) =
+            (row.lease_token, &row.lease_owner, row.lease_until)
+            && until > now
+        {
+            return Ok(Created::LeaseHeld {
+                owner: owner.clone(),
+                until: Timestamp(uint(until)?),
+            });
+        }
+        let minted = minted.ok_or_else(|| corrupt("the token sequence returned too few tokens"))?;
+        let token = minted.max(row.last_token.saturating_add(1));
+        let ttl = i64::try_from(create.ttl.as_millis()).unwrap_or(i64::MAX);
+        let until = now.saturating_add(ttl);
+        row.last_token = token;
+        if create.hold {
+            row.lease_token = Some(token);
+            row.lease_owner = Some(create.owner.clone());
+            row.lease_until = Some(until);
+            row.lease_ttl = Some(ttl);
+        } else {
+            row.release();
+        }
+        if let Some(last) = create.records.last() {
+            row.head_seq = last.seq;
+            row.head_hash = last.hash;
+        }
+        let meta = &create.meta;
+        row.scope = Some(meta.scope.as_str().to_owned());
+        row.status = Some(meta.status.as_str().to_owned());
+        row.updated = Some(int(meta.updated.0));
+        row.start = Some(StartColumns::of(meta));
+        row.dirty = true;
+        let key = row.key;
+        self.pending.records(key, &create.records);
+        self.notices
+            .insert(notice(create.tree, Some(meta.scope.as_str())));
+        Ok(Created::Committed(Lease {
+            token: uint(token)?,
+            owner: create.owner.clone(),
+            until: Timestamp(uint(until)?),
+        }))
+    }
+
     /// One append: compare-and-swap on the expected head and the fencing
     /// token.
     async fn append(
@@ -546,7 +613,7 @@ impl<'a> Group<'a> {
                 if expected > head || first.prev != head_hash {
                     return Ok(AppendOutcome::Conflict { head });
                 }
-                self.pending.records(key, append);
+                self.pending.records(key, &append.records);
                 Some((last.seq, last.hash))
             }
             _ => None,
@@ -858,9 +925,9 @@ struct Pending<'a> {
 }
 
 impl<'a> Pending<'a> {
-    /// Keeps the records of `append` (to tree `key`) to insert.
-    fn records(&mut self, key: i64, append: &'a Append) {
-        for record in &append.records {
+    /// Keeps `records` (of tree `key`) to insert.
+    fn records(&mut self, key: i64, records: &'a [Record]) {
+        for record in records {
             let (body, manifest) = if record.body.len() <= chunk::INLINE_MAX {
                 self.bytes += record.body.len() as u64;
                 (Some(&record.body[..]), None)
@@ -1072,6 +1139,12 @@ fn answer(write: Write, result: Result<Written, StoreError>) {
         Write::Acquire(_, reply) => {
             let _ = reply.send(result.and_then(|w| match w {
                 Written::Acquired(value) => Ok(value),
+                _ => Err(mismatch()),
+            }));
+        }
+        Write::Create(_, reply) => {
+            let _ = reply.send(result.and_then(|w| match w {
+                Written::Created(value) => Ok(value),
                 _ => Err(mismatch()),
             }));
         }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use baton_run::log::{Record, RecordKind, Snapshot};
 use baton_run::store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, Lease, ListCursor, ListFilter, Listing,
-    StoreError, TreeLoad, TreeStatus, UnreadableRow,
+    AcquireRequest, Acquired, Append, AppendOutcome, CreateTree, Created, Lease, ListCursor,
+    ListFilter, Listing, StoreError, TreeLoad, TreeStatus, UnreadableRow,
 };
 use baton_run::store::{StoredMeta, stored_digest as digest, stored_uint as uint};
 use baton_run::{Digest, Timestamp, TreeId};
@@ -478,6 +478,124 @@ fn stored_hash(conn: &Connection, key: i64, seq: u64) -> Result<Option<Digest>, 
 
 /// One append: compare-and-swap on the expected head and the fencing token.
 /// Adds the payload bytes it stores to `written`.
+/// Inserts `records` of tree `key`, their long bodies as pieces.
+fn insert_records(
+    conn: &Connection,
+    key: i64,
+    records: &[Record],
+    written: &mut u64,
+) -> Result<(), StoreError> {
+    let mut insert = conn
+        .prepare_cached(
+            "INSERT INTO records (tree, seq, kind, prev, hash, body, chunks)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .map_err(storage)?;
+    for record in records {
+        let (body, chunks) = encode(conn, key, &record.body, written)?;
+        insert
+            .execute(params![
+                key,
+                int(record.seq),
+                record.kind.as_str(),
+                &record.prev.as_bytes()[..],
+                &record.hash.as_bytes()[..],
+                body,
+                chunks
+            ])
+            .map_err(storage)?;
+    }
+    Ok(())
+}
+
+/// A new tree's first commit (see `Store::create_tree`): one row written
+/// with its metadata, head and lease, then its records.
+pub(crate) fn create_tree(
+    conn: &Connection,
+    create: &CreateTree,
+    written: &mut u64,
+) -> Result<Created, StoreError> {
+    create.check()?;
+    let row = tree_row(conn, create.tree)?;
+    if let Some(row) = &row {
+        // A snapshot or a compaction never lowers the head.
+        if row.head_seq > 0 {
+            return Ok(Created::Exists);
+        }
+        if let (Some(_), Some(owner), Some(until)) =
+            (row.lease_token, &row.lease_owner, row.lease_until)
+            && until > int(create.now.0)
+        {
+            return Ok(Created::LeaseHeld {
+                owner: owner.clone(),
+                until: Timestamp(uint(until)?),
+            });
+        }
+    }
+    let token = row.as_ref().map_or(1, |row| row.last_token + 1);
+    let until = create.now.plus(create.ttl);
+    let (lease_token, lease_owner, lease_until) = if create.hold {
+        (Some(token), Some(create.owner.as_str()), Some(int(until.0)))
+    } else {
+        (None, None, None)
+    };
+    let last = create.records.last().ok_or_else(|| corrupt("no record"))?;
+    let meta = &create.meta;
+    let labels = (!meta.labels.is_empty()).then(|| meta.labels.to_json());
+    let values = params![
+        create.tree.to_string(),
+        meta.scope.as_str(),
+        meta.status.as_str(),
+        int(meta.updated.0),
+        lease_token,
+        lease_owner,
+        lease_until,
+        token,
+        int(last.seq),
+        &last.hash.as_bytes()[..],
+        meta.program.as_ref().map(|program| program.name.as_str()),
+        meta.program
+            .as_ref()
+            .map(|program| program.digest.as_bytes().to_vec()),
+        meta.created.map(|created| int(created.0)),
+        labels,
+    ];
+    let key = match &row {
+        // A row without records: a lease that was given up or ran out.
+        Some(row) => {
+            conn.prepare_cached(
+                "UPDATE trees SET scope = ?2, status = ?3, updated = ?4,
+                     lease_token = ?5, lease_owner = ?6, lease_until = ?7, last_token = ?8,
+                     head_seq = ?9, head_hash = ?10, program_name = ?11, program_digest = ?12,
+                     created = ?13, labels = ?14
+                 WHERE id = ?1",
+            )
+            .map_err(storage)?
+            .execute(values)
+            .map_err(storage)?;
+            row.key
+        }
+        None => {
+            conn.prepare_cached(
+                "INSERT INTO trees (id, scope, status, updated, lease_token, lease_owner,
+                     lease_until, last_token, head_seq, head_hash, program_name, program_digest,
+                     created, labels)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+            )
+            .map_err(storage)?
+            .execute(values)
+            .map_err(storage)?;
+            conn.last_insert_rowid()
+        }
+    };
+    insert_records(conn, key, &create.records, written)?;
+    Ok(Created::Committed(Lease {
+        token: uint(token)?,
+        owner: create.owner.clone(),
+        until,
+    }))
+}
+
 pub(crate) fn append(
     conn: &Connection,
     append: &Append,
@@ -508,26 +626,7 @@ pub(crate) fn append(
             if expected > head || first.prev != row.head_hash {
                 return Ok(AppendOutcome::Conflict { head });
             }
-            let mut insert = conn
-                .prepare_cached(
-                    "INSERT INTO records (tree, seq, kind, prev, hash, body, chunks)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                )
-                .map_err(storage)?;
-            for record in &append.records {
-                let (body, chunks) = encode(conn, row.key, &record.body, written)?;
-                insert
-                    .execute(params![
-                        row.key,
-                        int(record.seq),
-                        record.kind.as_str(),
-                        &record.prev.as_bytes()[..],
-                        &record.hash.as_bytes()[..],
-                        body,
-                        chunks
-                    ])
-                    .map_err(storage)?;
-            }
+            insert_records(conn, row.key, &append.records, written)?;
             (last.seq, last.hash)
         }
         _ => (row.head_seq, row.head_hash),

@@ -3,10 +3,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use baton_run::log::{RecordKind, Snapshot};
+use baton_run::log::{Record, RecordKind, Snapshot};
 use baton_run::store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, Changes, ListFilter, Listing, Message,
-    MessageId, PostOutcome, Posted, Settle, SettleOutcome, Store, StoreError, TreeLoad,
+    AcquireRequest, Acquired, Append, AppendOutcome, Changes, CreateTree, Created, ListFilter,
+    Listing, Message, MessageId, PostOutcome, Posted, Settle, SettleOutcome, Store, StoreError,
+    TreeLoad,
 };
 use baton_run::{BoxFuture, Timestamp, TreeId};
 
@@ -26,8 +27,8 @@ struct Fault {
     remaining: usize,
 }
 
-/// Wraps a store and, once armed, "crashes" at the n-th append containing a
-/// record of a given kind: the append fails (before or after reaching the
+/// Wraps a store and, once armed, "crashes" at the n-th commit (an append
+/// or a new tree's first commit) containing a record of a given kind: the append fails (before or after reaching the
 /// inner store) and every later call fails too, so the engine above stops
 /// that tree exactly as a process crash would. Recover by building a new
 /// engine on [`FaultStore::inner`].
@@ -82,14 +83,12 @@ impl FaultStore {
             .then(|| StoreError::unavailable("fault store: crashed"))
     }
 
-    fn trips(&self, batch: &[Append]) -> Option<Cut> {
+    /// Whether a commit of `records` is the one the crash cuts, and how.
+    fn trips<'r>(&self, mut records: impl Iterator<Item = &'r Record>) -> Option<Cut> {
         let mut fault = self.fault.lock().ok()?;
         let armed = fault.as_mut()?;
         let kind = armed.kind;
-        if !batch
-            .iter()
-            .any(|append| append.records.iter().any(|r| r.kind == kind))
-        {
+        if !records.any(|r| r.kind == kind) {
             return None;
         }
         armed.remaining -= 1;
@@ -114,6 +113,28 @@ impl Store for FaultStore {
         }
     }
 
+    fn create_tree(&self, create: CreateTree) -> BoxFuture<'_, Result<Created, StoreError>> {
+        if let Some(error) = self.dead() {
+            return failed(error);
+        }
+        match self.trips(create.records.iter()) {
+            None => self.inner.create_tree(create),
+            Some(Cut::Before) => {
+                self.crashed.store(true, Ordering::SeqCst);
+                failed(StoreError::unavailable(
+                    "fault store: crashed before the commit",
+                ))
+            }
+            Some(Cut::After) => Box::pin(async move {
+                let _ = self.inner.create_tree(create).await?;
+                self.crashed.store(true, Ordering::SeqCst);
+                Err(StoreError::unavailable(
+                    "fault store: crashed after the commit",
+                ))
+            }),
+        }
+    }
+
     fn load(&self, tree: TreeId) -> BoxFuture<'_, Result<TreeLoad, StoreError>> {
         match self.dead() {
             Some(error) => failed(error),
@@ -132,7 +153,7 @@ impl Store for FaultStore {
         if let Some(error) = self.dead() {
             return failed(error);
         }
-        match self.trips(&batch) {
+        match self.trips(batch.iter().flat_map(|append| &append.records)) {
             None => self.inner.append(batch),
             Some(Cut::Before) => {
                 self.crashed.store(true, Ordering::SeqCst);
@@ -226,4 +247,38 @@ impl Store for FaultStore {
             None => self.inner.message(tree, id),
         }
     }
+}
+
+/// Starts `request` on `engine`, whose store is a [`FaultStore`] armed to
+/// crash, and returns the tree. A root that ends or waits within its first
+/// round is created by one commit holding its whole first round, so a crash
+/// that cuts that commit fails the start itself (with `engine.store.failed`);
+/// a crash of a later commit stops the tree's writer with a storage error.
+/// Either way the caller recovers on a fresh engine and starts the same
+/// request again: nothing for a stored tree, the first start of one the
+/// crash lost.
+pub async fn start_into_crash<I, O>(
+    engine: &baton_run::Engine,
+    program: &baton_run::Program<I, O>,
+    request: baton_run::StartRequest<I>,
+) -> TreeId
+where
+    I: serde::Serialize,
+{
+    let tree = baton_run::ProcessId::root(&request.id);
+    match engine.start(program, request).await {
+        Ok(handle) => {
+            let stopped = handle.await_result().await;
+            assert!(
+                matches!(stopped, Err(baton_run::RuntimeError::Storage { .. })),
+                "the writer must stop on the crash, got {stopped:?}"
+            );
+        }
+        Err(error) => assert_eq!(
+            error.code(),
+            "engine.store.failed",
+            "the start failed otherwise than by the crash: {error}"
+        ),
+    }
+    tree
 }

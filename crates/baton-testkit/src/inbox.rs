@@ -212,7 +212,7 @@ pub(crate) async fn notices(store: Arc<dyn Store>) {
 
 /// Waits (up to [`PATIENCE`]) for `expected`; `Missed` counts as a notice
 /// of anything.
-async fn noticed(changes: &mut Changes, expected: Change, what: &str) {
+pub(crate) async fn noticed(changes: &mut Changes, expected: Change, what: &str) {
     let wait = async {
         loop {
             match changes.next().await {

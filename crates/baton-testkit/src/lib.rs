@@ -33,7 +33,7 @@ pub mod strict;
 pub use conformance::{ConformanceCase, definition_conformance};
 pub use dispatcher::ScriptedDispatcher;
 pub use engine::engine_conformance;
-pub use fault::{Cut, FaultStore};
+pub use fault::{Cut, FaultStore, start_into_crash};
 pub use inbox::answer_across_engines;
 pub use migration::{StoredTree, migrated_store_conformance, waiting_tree};
 pub use store::store_conformance;

@@ -11,8 +11,8 @@ use baton_run::program::{
     SignalBody, StepError, Transition, configuration_digest, implementation_digest,
 };
 use baton_run::store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, Lease, ListCursor, ListFilter, Store,
-    TreeLoad, TreeMeta, TreeStatus,
+    AcquireRequest, Acquired, Append, AppendOutcome, Change, CreateTree, Created, Lease,
+    ListCursor, ListFilter, Store, StoreError, TreeLoad, TreeMeta, TreeStatus,
 };
 use baton_run::{
     Digest, EffectId, Engine, EngineConfig, Labels, ManualClock, Name, Payload, ProcessId, Program,
@@ -31,6 +31,13 @@ use crate::{Cut, FaultStore, ScriptedDispatcher};
 /// Cases:
 /// - **round trip**: appended records (small and a 300 KB one) load back
 ///   byte for byte with their metadata and verify as a chain;
+/// - **create a tree**: a new tree's first commit stores its records and
+///   metadata and grants a lease with a newer token, kept or given up in
+///   the same commit (then another writer takes the tree at once and the
+///   create's token is fenced); a tree with records is `Exists` and a live
+///   lease of someone else `LeaseHeld`, with nothing written; once that
+///   lease ran out the create takes the tree and fences its holder;
+///   malformed records are refused;
 /// - **compare-and-swap**: a gap, a wrong `prev` or different content at a
 ///   committed sequence is a `Conflict` carrying the head; nothing changes;
 /// - **idempotent retry**: an acknowledged append sent again is a
@@ -70,12 +77,14 @@ use crate::{Cut, FaultStore, ScriptedDispatcher};
 ///   makes it time out queued, and the next holder applies it;
 /// - **crash matrix**: with a real engine and a [`FaultStore`] cutting the
 ///   store before and after the first commit of each record kind of a
-///   one-dispatch program, recovery on the same store shows the guaranteed
+///   one-dispatch program (a root that acts in its first round is created
+///   with its start alone), recovery on the same store shows the guaranteed
 ///   behaviour: a `Never` dispatch is sent at most once, an uncertain one
 ///   is surfaced as unknown and resolvable, a settled one is not sent again.
 pub async fn store_conformance<S: Store>(factory: impl Fn() -> S) {
     let fresh = || -> Arc<dyn Store> { Arc::new(factory()) };
     round_trip(fresh()).await;
+    create_tree(fresh()).await;
     compare_and_swap(fresh()).await;
     idempotent_retry(fresh()).await;
     racing_writers(fresh()).await;
@@ -262,6 +271,167 @@ async fn round_trip(store: Arc<dyn Store>) {
     // A grant (after the lease ran out) returns the same stored state.
     let (_, reload) = granted(&*store, acquire(t, "a", 1_010, false), case).await;
     same_records(&reload.records, &records, case);
+}
+
+fn create(tree: TreeId, owner: &str, now: u64, records: Vec<Record>, hold: bool) -> CreateTree {
+    CreateTree {
+        tree,
+        owner: owner.into(),
+        now: Timestamp(now),
+        ttl: Duration::from_millis(1_000),
+        records,
+        meta: meta(tree, SCOPE, TreeStatus::Done, now),
+        hold,
+    }
+}
+
+async fn created(store: &dyn Store, request: CreateTree, case: &str) -> Created {
+    store
+        .create_tree(request)
+        .await
+        .unwrap_or_else(|error| panic!("{case}: create_tree failed: {error}"))
+}
+
+async fn create_tree(store: Arc<dyn Store>) {
+    let case = "create a tree, releasing";
+    let done = tree("create-done");
+    let records = chain(done, (0, Digest::ZERO), 3, "first round");
+    let mut changes = store.changes().await.expect("subscribes");
+    let lease = match created(&*store, create(done, "a", 10, records.clone(), false), case).await {
+        Created::Committed(lease) => lease,
+        other => panic!("{case}: expected a commit, got {other:?}"),
+    };
+    assert_eq!(lease.owner, "a", "{case}: the grant names its owner");
+    let loaded = load(&*store, done, case).await;
+    same_records(&loaded.records, &records, case);
+    assert_eq!(
+        loaded.meta,
+        Some(meta(done, SCOPE, TreeStatus::Done, 10)),
+        "{case}: the metadata is the create's"
+    );
+    assert_eq!(loaded.head(), (3, records[2].hash), "{case}: head");
+    if let Some(changes) = changes.as_mut() {
+        crate::inbox::noticed(changes, Change::Tree(done), "a new tree").await;
+    }
+    // The lease was given up in the same commit: another writer takes the
+    // tree at once, with a newer token, and the create's token is fenced.
+    let (next, reload) = granted(&*store, acquire(done, "b", 11, false), case).await;
+    assert!(next.token > lease.token, "{case}: tokens increase");
+    same_records(&reload.records, &records, case);
+    let late = append(
+        done,
+        lease.token,
+        chain(done, (3, records[2].hash), 1, "late"),
+    );
+    assert_eq!(
+        one(&*store, late, case).await,
+        AppendOutcome::Fenced,
+        "{case}: the create's token no longer writes"
+    );
+
+    let case = "create a tree, holding";
+    let held = tree("create-held");
+    let records = chain(held, (0, Digest::ZERO), 2, "first round");
+    let lease = match created(&*store, create(held, "a", 10, records.clone(), true), case).await {
+        Created::Committed(lease) => lease,
+        other => panic!("{case}: expected a commit, got {other:?}"),
+    };
+    assert_eq!(
+        lease.until,
+        Timestamp(1_010),
+        "{case}: the lease runs for its ttl"
+    );
+    match store.acquire(acquire(held, "b", 20, false)).await {
+        Ok(Acquired::LeaseHeld { owner, until }) => {
+            assert_eq!((owner.as_str(), until), ("a", lease.until), "{case}: held");
+        }
+        other => panic!("{case}: the held lease must refuse b, got {other:?}"),
+    }
+    let more = chain(held, (2, records[1].hash), 1, "second round");
+    assert_eq!(
+        one(&*store, append(held, lease.token, more), case).await,
+        AppendOutcome::Committed,
+        "{case}: the holder appends with the create's token"
+    );
+
+    let case = "create an existing tree";
+    let again = chain(held, (0, Digest::ZERO), 1, "another start");
+    assert_eq!(
+        created(&*store, create(held, "c", 5_000, again, false), case).await,
+        Created::Exists,
+        "{case}"
+    );
+    assert_eq!(
+        load(&*store, held, case).await.head().0,
+        3,
+        "{case}: untouched"
+    );
+
+    let case = "create under someone's lease";
+    let racing = tree("create-racing");
+    let (other, _) = granted(&*store, acquire(racing, "other", 100, false), case).await;
+    let records = chain(racing, (0, Digest::ZERO), 1, "start");
+    assert_eq!(
+        created(
+            &*store,
+            create(racing, "a", 200, records.clone(), false),
+            case
+        )
+        .await,
+        Created::LeaseHeld {
+            owner: "other".into(),
+            until: other.until
+        },
+        "{case}"
+    );
+    assert!(
+        !load(&*store, racing, case).await.exists(),
+        "{case}: nothing written"
+    );
+    // Once that lease ran out, the create takes the tree and fences it.
+    let lease = match created(
+        &*store,
+        create(racing, "a", 1_200, records.clone(), false),
+        case,
+    )
+    .await
+    {
+        Created::Committed(lease) => lease,
+        other => panic!("{case}: expected a commit after the lease ran out, got {other:?}"),
+    };
+    assert!(lease.token > other.token, "{case}: a newer token");
+    let stale = append(
+        racing,
+        other.token,
+        chain(racing, (1, records[0].hash), 1, "stale"),
+    );
+    assert_eq!(
+        one(&*store, stale, case).await,
+        AppendOutcome::Fenced,
+        "{case}: the expired holder is fenced"
+    );
+
+    let case = "create with malformed records";
+    let bad = tree("create-bad");
+    let orphan = chain(bad, (1, Digest::ZERO), 1, "no start");
+    for (what, records) in [("no record", Vec::new()), ("not from 1", orphan)] {
+        let refused = store
+            .create_tree(create(bad, "a", 10, records, false))
+            .await;
+        assert!(
+            matches!(refused, Err(StoreError::Refused { .. })),
+            "{case}: {what}: {refused:?}"
+        );
+    }
+    assert!(
+        !load(&*store, bad, case).await.exists(),
+        "{case}: nothing written"
+    );
+    let listed = list_all(&*store, ListFilter::default(), case).await;
+    assert!(
+        listed.iter().all(|meta| meta.tree != bad),
+        "{case}: no listing row for a refused create"
+    );
 }
 
 async fn compare_and_swap(store: Arc<dyn Store>) {
@@ -1241,6 +1411,7 @@ async fn crash_matrix(fresh: &dyn Fn() -> Arc<dyn Store>) {
         (StepAdopted, Cut::After, never, Expect::AtMostOnce),
         (EffectPending, Cut::Before, never, exactly(1, false)),
         (EffectPending, Cut::After, never, exactly(0, true)),
+        (EffectPending, Cut::After, same, exactly(1, false)),
         (EffectSettled, Cut::Before, never, exactly(1, true)),
         (EffectSettled, Cut::Before, same, exactly(2, false)),
         (EffectSettled, Cut::After, never, exactly(1, false)),
@@ -1280,7 +1451,8 @@ async fn crash_case(
                 "{case}: the writer must stop on the storage failure, got {stopped:?}"
             );
         }
-        // The start itself is the cut commit.
+        // The start itself is the cut commit (a root that acts in its
+        // first round is created with its start alone).
         Err(error) => assert_eq!(
             kind,
             RecordKind::TreeStarted,

@@ -1,7 +1,7 @@
 //! Workspace scenarios across several layers, one binary: the worked example,
 //! the research team, a team's decision in strict mode, teams with gates and
 //! steering, the strategy scenarios, and the SIGKILL tests (the kernel's,
-//! the strategies' and an MCP call's).
+//! many short roots', the strategies' and an MCP call's).
 #![allow(missing_docs)]
 
 mod agent_example;
@@ -9,6 +9,7 @@ mod kill;
 mod mcp_example;
 mod mcp_kill;
 mod research_team;
+mod short_kill;
 mod strategy_examples;
 mod strategy_kill;
 mod strict_decision;

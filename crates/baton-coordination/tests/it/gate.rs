@@ -8,7 +8,7 @@ use baton_coordination::{Answer, ConfigError, GateConfig, InputGate};
 use baton_run::log::RecordKind;
 use baton_run::program::Schema;
 use baton_run::{
-    EffectId, MemoryStore, Payload, RecoverOptions, Scope, SignalError, SignalId, SignalReceipt,
+    EffectId, MemoryStore, Payload, RecoverOptions, SignalError, SignalId, SignalReceipt,
     SignalRequest, Status, WaitId,
 };
 use baton_testkit::{Cut, FaultStore};
@@ -110,13 +110,11 @@ async fn a_crash_after_the_wait_opened_leaves_it_answerable_by_the_same_wait_id(
     faulty.arm(RecordKind::StepAdopted, Cut::After, 1);
     let time = clock(1);
     let first = engine_on(Arc::new(faulty.clone()), &time, &[program.erase()]);
-    let handle = first
-        .start(&program, request("crash", "ship it?".to_owned()))
-        .await
-        .expect("starts");
-    assert!(handle.await_result().await.is_err(), "the writer stopped");
+    // The root waits in its first round, so its start and its opened wait
+    // are one commit: the crash cuts the start itself, after it was stored.
+    let start = || request("crash", "ship it?".to_owned());
+    let tree = baton_testkit::start_into_crash(&first, &program, start()).await;
     assert!(faulty.crashed());
-    let tree = handle.tree();
     drop(first);
 
     let second = engine_on(faulty.inner(), &time, &[program.erase()]);
@@ -124,10 +122,9 @@ async fn a_crash_after_the_wait_opened_leaves_it_answerable_by_the_same_wait_id(
         .recover(RecoverOptions::default())
         .await
         .expect("recovers");
-    let handle = second
-        .process::<Answer>(&Scope::new("acme").expect("valid"), tree)
-        .await
-        .expect("attached");
+    let handle = second.start(&program, start()).await.expect("starts again");
+    assert!(!handle.is_new(), "the crashed start was stored");
+    assert_eq!(handle.tree(), tree);
     let wait = open_wait(&handle).await;
     // The wait id is derived from the effect that opened it, so it is the
     // one the crashed engine handed out.

@@ -13,17 +13,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+mod birth;
 mod live;
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
-use tracing::Instrument;
 
 use crate::clock::Timestamp;
 use crate::ids::{EffectId, ProcessId, TreeId};
 use crate::log::{Record, RecordBody};
 use crate::protocol::{ChildOutcome, Execution, Program, Signal, SignalBody};
-use crate::storage::{Append, AppendOutcome};
+use crate::storage::{Append, AppendOutcome, Created, TreeStatus};
 
 use super::dispatch::{Completion, DispatchJob, Dispatches};
 use super::error::{ControlError, RuntimeError, SignalError};
@@ -36,6 +36,7 @@ use super::spare::{keep_staged, spare_staged};
 use super::state::TreeState;
 use super::view::{Event, EventKind, TreeView, Visibility};
 use super::{EngineInner, SignalReceipt, SignalRequest, Sleep};
+pub(in crate::engine) use birth::FirstRound;
 
 /// Commits in a row a round may hold children waits back while other
 /// processes keep progressing (each commit takes up to
@@ -98,6 +99,15 @@ pub(super) struct Actor {
     /// The idle alarm rang since the last commit.
     idle_told: bool,
     spans: ProcessSpans,
+    /// A new root whose start is not durable yet: its first commit creates
+    /// the tree with the start record in front (see [`Store::create_tree`]).
+    ///
+    /// [`Store::create_tree`]: crate::storage::Store::create_tree
+    unborn: Option<Record>,
+    /// Why the first commit of an unborn tree created nothing.
+    refused: Option<Created>,
+    /// The first commit of an unborn tree failed in the store.
+    unborn_failed: bool,
 }
 
 impl Actor {
@@ -138,25 +148,10 @@ impl Actor {
             last_commit: now,
             idle_told: false,
             spans: ProcessSpans::default(),
+            unborn: None,
+            refused: None,
+            unborn_failed: false,
         }
-    }
-
-    /// A new root's first round, on the caller's task: the steps it can
-    /// take at once and their commit. Hands the actor back when the tree
-    /// goes on (to run in a task of its own).
-    pub async fn first_round(mut self, span: tracing::Span) -> Option<Actor> {
-        span.in_scope(|| self.drive());
-        if !self.staged.is_empty()
-            && let Err(error) = self.commit().instrument(span.clone()).await
-        {
-            self.stop(error);
-            return None;
-        }
-        if self.state.done() {
-            self.finish().instrument(span).await;
-            return None;
-        }
-        Some(self)
     }
 
     pub async fn run(mut self) {
@@ -740,17 +735,37 @@ impl Actor {
         // The commit that ends the tree gives up the lease with it, unless a
         // snapshot still has to be written under the lease.
         let release = self.state.done() && !snapshot_due;
-        let append = Append {
-            tree: self.tree,
-            token: self.owner.token,
-            records,
-            meta,
-            release,
-        };
-        let outcome = self.engine.store.append(vec![append]).await;
-        self.check_outcome(
-            outcome.map(|outcomes| outcomes.first().copied().unwrap_or(AppendOutcome::Fenced)),
-        )?;
+        let mut records = Some(records);
+        if let Some(start) = self.unborn.take() {
+            // A root that ended or waits after its first round is created
+            // with all of it in one commit. One that keeps running (effects
+            // or children in flight) is created with its start alone, and
+            // its first round commits as any later one: nothing is
+            // dispatched before the tree is durable either way, but the
+            // start of a tree that acts is never cut together with its acts.
+            let whole = matches!(status, TreeStatus::Done | TreeStatus::Waiting);
+            let first = if whole {
+                records.take().unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            self.create(start, first, meta.clone(), release && whole)
+                .await?;
+            self.emit(self.tree, EventKind::ProcessStarted { seq: 1 });
+        }
+        if let Some(records) = records {
+            let append = Append {
+                tree: self.tree,
+                token: self.owner.token,
+                records,
+                meta,
+                release,
+            };
+            let outcome = self.engine.store.append(vec![append]).await;
+            self.check_outcome(
+                outcome.map(|outcomes| outcomes.first().copied().unwrap_or(AppendOutcome::Fenced)),
+            )?;
+        }
         self.released = release;
         (self.last_commit, self.idle_told) = (now, false);
         let first = self.owner.head_seq + 1;

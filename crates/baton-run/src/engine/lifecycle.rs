@@ -19,7 +19,7 @@ use crate::payload::Payload;
 use crate::protocol::{Execution, Program};
 use crate::storage::{Append, AppendOutcome};
 
-use super::actor::{Actor, Channels, Command};
+use super::actor::{Actor, Channels, Command, FirstRound};
 use super::error::{RuntimeError, StartError, TreeError};
 use super::lease::{Held, acquire};
 use super::round::{InitError, initialize};
@@ -59,7 +59,74 @@ pub(super) enum StartOutcome {
 }
 
 /// Starts a new tree, or takes up the stored one the same start made.
+///
+/// A new tree is built in memory and its first round runs before anything
+/// is written; its first commit then creates it in the store with its
+/// start, its first round's records and, if it ended, the release of its
+/// lease, all in one transaction ([`Store::create_tree`]). When the store
+/// already holds the tree (or someone's lease on it), nothing was written,
+/// and the start takes the stored tree up instead ([`take_up`]).
+///
+/// [`Store::create_tree`]: crate::storage::Store::create_tree
 pub(super) async fn start(
+    engine: &Arc<EngineInner>,
+    program: Program,
+    key: StartKey,
+    request: StartRequest<Payload>,
+) -> Result<StartOutcome, StartError> {
+    let tree = key.tree;
+    // A program that refuses its input is told by the path that reads the
+    // store first: the id may name a stored tree started with another input.
+    let Ok((state, execution)) =
+        initialize(&program, &request.input, engine.limits.max_state_bytes)
+    else {
+        return take_up(engine, program, key, request).await;
+    };
+    let now = engine.clock.now();
+    let body = RecordBody::TreeStarted {
+        start: request.id.clone(),
+        root: tree,
+        program: program.reference().clone(),
+        input: request.input.clone(),
+        budget: request.budget.clone(),
+        capabilities: request.capabilities.clone(),
+        deadline: request.deadline,
+        limits: engine.limits.clone(),
+        created: Some(now),
+        labels: request.labels.clone(),
+        state,
+    };
+    let mut tree_state = TreeState::started(&body)
+        .map_err(|e| StartError::Program(Failure::execution("engine.start.invalid", e.0)))?;
+    let record = Record::seal(1, Digest::ZERO, &body);
+    tree_state.history_bytes = record.body.len() as u64;
+    let (shared, actor) = prepare(
+        engine,
+        (tree_state, 1, record.hash),
+        0,
+        BTreeMap::from([(tree, execution)]),
+        Register::Later,
+    )?;
+    let span = tracing::info_span!("tree", %tree);
+    match actor.unborn(record).first_round(span.clone()).await {
+        FirstRound::Ended => register(engine, &shared),
+        FirstRound::Continues(actor) => {
+            register(engine, &shared);
+            spawn_in(engine, span, actor.run());
+        }
+        FirstRound::NotCreated(found) => {
+            tracing::debug!(%tree, ?found, "the store holds the tree: taking it up");
+            return take_up(engine, program, key, request).await;
+        }
+        FirstRound::Failed(error) => return Err(error.into()),
+    }
+    Ok(StartOutcome::New(shared))
+}
+
+/// Starts a tree the way that reads the store first: becomes its writer,
+/// and takes up the stored tree the same start made, or (when none is
+/// stored) commits its start before its first round.
+async fn take_up(
     engine: &Arc<EngineInner>,
     program: Program,
     key: StartKey,
@@ -176,6 +243,7 @@ pub(super) async fn start(
         (tree_state, 1, record.hash),
         lease.token,
         BTreeMap::from([(tree, execution)]),
+        Register::Now,
     )?;
     // The tree's first round runs here, on the caller's task: the steps it
     // can take at once and their commit, as its own task would run them
@@ -185,7 +253,7 @@ pub(super) async fn start(
     // other continues in its task.
     // One `tree` span covers the first round and the task that goes on.
     let span = tracing::info_span!("tree", %tree);
-    if let Some(actor) = actor.first_round(span.clone()).await {
+    if let FirstRound::Continues(actor) = actor.first_round(span.clone()).await {
         spawn_in(engine, span, actor.run());
     }
     Ok(StartOutcome::New(shared))
@@ -242,9 +310,7 @@ pub(super) fn finished(engine: &Arc<EngineInner>, state: &TreeState) -> Arc<Tree
         outcome,
         progress: super::progress::Board::shared(),
     });
-    if let Ok(mut trees) = engine.trees.lock() {
-        trees.insert(state.root, Arc::downgrade(&shared));
-    }
+    register(engine, &shared);
     shared
 }
 
@@ -254,19 +320,31 @@ fn spawn(
     token: u64,
     executions: BTreeMap<ProcessId, Box<dyn Execution>>,
 ) -> Result<Arc<TreeShared>, TreeError> {
-    let (shared, actor) = prepare(engine, folded, token, executions)?;
+    let (shared, actor) = prepare(engine, folded, token, executions, Register::Now)?;
     spawn_owner(engine, shared.tree, actor.run());
     Ok(shared)
 }
 
+/// When [`prepare`] makes a tree known to the engine's callers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Register {
+    /// At once: the tree is in the store.
+    Now,
+    /// Once its first commit created it (the caller calls [`register`]).
+    Later,
+}
+
 /// The shared record and the owner of a tree taken up at `head_seq`: the
-/// tree is registered and its door is open (commands queue for the owner),
-/// but nothing runs until the caller drives the owner or spawns its task.
+/// tree is registered (or, for a new tree not yet in the store, left to the
+/// caller to register) and its door is open (commands queue for the
+/// owner), but nothing runs until the caller drives the owner or spawns its
+/// task.
 fn prepare(
     engine: &Arc<EngineInner>,
     (state, head_seq, head): (TreeState, u64, Digest),
     token: u64,
     executions: BTreeMap<ProcessId, Box<dyn Execution>>,
+    when: Register,
 ) -> Result<(Arc<TreeShared>, Actor), TreeError> {
     let tree = state.root;
     let programs = programs_of(engine, &state)?;
@@ -307,10 +385,18 @@ fn prepare(
         })?;
         *door = Door::Awake(sender);
     }
-    if let Ok(mut trees) = engine.trees.lock() {
-        trees.insert(tree, Arc::downgrade(&shared));
+    if when == Register::Now {
+        register(engine, &shared);
     }
     Ok((shared, actor))
+}
+
+/// Makes a tree known to the engine's callers: a start or an attach of its
+/// id finds it live.
+fn register(engine: &EngineInner, shared: &Arc<TreeShared>) {
+    if let Ok(mut trees) = engine.trees.lock() {
+        trees.insert(shared.tree, Arc::downgrade(shared));
+    }
 }
 
 /// The program of every live process, from the registry.

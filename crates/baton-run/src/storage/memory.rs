@@ -14,9 +14,9 @@ use crate::protocol::BoxFuture;
 use crate::payload::Payload;
 
 use super::{
-    AcquireRequest, Acquired, Append, AppendOutcome, Change, ChangeHub, Changes, Lease, ListFilter,
-    Listing, Message, MessageId, PostOutcome, Posted, Settle, SettleOutcome, Store, StoreError,
-    TreeLoad, TreeMeta,
+    AcquireRequest, Acquired, Append, AppendOutcome, Change, ChangeHub, Changes, CreateTree,
+    Created, Lease, ListFilter, Listing, Message, MessageId, PostOutcome, Posted, Settle,
+    SettleOutcome, Store, StoreError, TreeLoad, TreeMeta,
 };
 
 struct Entry {
@@ -292,6 +292,43 @@ impl Store for MemoryStore {
                 load: entry.load(),
             }
         });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn create_tree(&self, create: CreateTree) -> BoxFuture<'_, Result<Created, StoreError>> {
+        let tree = create.tree;
+        let result = create.check().and_then(|()| {
+            self.with(|trees| {
+                let entry = trees.entry(tree).or_default();
+                if entry.meta.is_some() || entry.head.0 > 0 || entry.snapshot.is_some() {
+                    return Created::Exists;
+                }
+                if let Some(lease) = &entry.lease
+                    && lease.until > create.now
+                {
+                    return Created::LeaseHeld {
+                        owner: lease.owner.clone(),
+                        until: lease.until,
+                    };
+                }
+                entry.last_token += 1;
+                let lease = Lease {
+                    token: entry.last_token,
+                    owner: create.owner,
+                    until: create.now.plus(create.ttl),
+                };
+                entry.lease = create.hold.then(|| lease.clone());
+                if let Some(last) = create.records.last() {
+                    entry.head = (last.seq, last.hash);
+                }
+                entry.records = create.records;
+                entry.meta = Some(create.meta);
+                Created::Committed(lease)
+            })
+        });
+        if matches!(result, Ok(Created::Committed(_))) {
+            self.changes.notify(Change::Tree(tree));
+        }
         Box::pin(std::future::ready(result))
     }
 

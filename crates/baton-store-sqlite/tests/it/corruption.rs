@@ -144,6 +144,15 @@ async fn every_kind_of_damage_is_found_with_its_record_and_leaves_other_trees_re
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("store.db");
     let (damaged, bystander, snapshot) = two_trees(&path).await;
+    // The engine's aborted tasks may still hold the store for a moment, so
+    // its closing checkpoint may not have run yet: checkpoint here.
+    rusqlite::Connection::open(&path)
+        .and_then(|conn| {
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+                row.get::<_, i64>(0)
+            })
+        })
+        .expect("checkpoints");
     let pristine = std::fs::read(&path).expect("reads");
     let restore = || {
         // Drop the WAL so the file alone holds the pristine state.

@@ -327,3 +327,75 @@ async fn a_reader_on_another_connection_follows_a_tree_another_engine_writes_to_
         .expect("watches");
     assert_eq!(watched(&mut after).await, seen);
 }
+
+/// What a start costs in SQLite write transactions (counted by the store's
+/// commit hook): a root that ends in its first round, or waits after it,
+/// is one transaction; a root that acts (dispatches) is created with its
+/// start and then commits its first round.
+#[tokio::test]
+async fn a_root_that_ends_or_waits_in_its_first_round_costs_one_transaction() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::create(dir.path().join("store.db")).expect("creates");
+    let echo = program(Kind::Echo, None);
+    let ask = program(Kind::Ask, None);
+    let engine = Arc::new(engine(Arc::new(store.clone()), &[&echo, &ask]));
+
+    let before = store.transactions();
+    let handle = engine
+        .start(&echo, request("echo", json!("hi")))
+        .await
+        .expect("starts");
+    let after = store.transactions();
+    assert_eq!(
+        after - before,
+        1,
+        "a root that ends at once is one transaction"
+    );
+    assert_eq!(handle.output().await.expect("completes"), json!("hi"));
+    let stored = store.load(handle.tree()).await.expect("loads");
+    assert_eq!(
+        stored.meta.map(|meta| meta.status),
+        Some(TreeStatus::Done),
+        "and it is stored done"
+    );
+    assert_eq!(store.transactions(), after, "nothing more to write");
+
+    let before = store.transactions();
+    let waiting = engine
+        .start(&ask, request("ask", json!("ship?")))
+        .await
+        .expect("starts");
+    open_wait(&waiting).await;
+    assert_eq!(
+        store.transactions() - before,
+        1,
+        "a root that waits after its first round is one transaction"
+    );
+    let stored = store.load(waiting.tree()).await.expect("loads");
+    assert_eq!(
+        stored.meta.map(|meta| meta.status),
+        Some(TreeStatus::Waiting)
+    );
+
+    // Ten roots started at once share group commits: never more
+    // transactions than roots.
+    let before = store.transactions();
+    let mut starts = tokio::task::JoinSet::new();
+    for n in 0..10 {
+        let (engine, echo) = (engine.clone(), echo.clone());
+        starts.spawn(async move {
+            engine
+                .start(&echo, request(&format!("many-{n}"), json!(n)))
+                .await
+                .map(|handle| handle.tree())
+        });
+    }
+    while let Some(started) = starts.join_next().await {
+        started.expect("joins").expect("starts");
+    }
+    let spent = store.transactions() - before;
+    assert!(
+        (1..=10).contains(&spent),
+        "{spent} transactions for ten roots"
+    );
+}

@@ -335,26 +335,17 @@ pub(super) async fn a_crash_before_the_child_start_record_starts_the_child_exact
     let faulty = FaultStore::new(store.clone());
     faulty.arm(RecordKind::ChildStarted, Cut::Before, 1);
     let first = engine_for(Arc::new(faulty.clone()), &root);
-    let handle = first
-        .start(
-            &root,
-            start("crash-start", keys(&["a", "b"]), Budget::unlimited()),
-        )
-        .await
-        .expect("starts");
-    assert!(handle.await_result().await.is_err());
+    let request = || start("crash-start", keys(&["a", "b"]), Budget::unlimited());
+    let tree = crate::start_into_crash(&first, &root, request()).await;
     assert!(faulty.crashed());
-    let tree = handle.tree();
     drop(first);
     let second = engine_for(faulty.inner(), &root);
     second
         .recover(RecoverOptions::default())
         .await
         .expect("recovers");
-    let handle = second
-        .process::<Value>(&scope(), tree)
-        .await
-        .expect("attached");
+    let handle = second.start(&root, request()).await.expect("starts again");
+    assert_eq!(handle.tree(), tree);
     let output = handle.output().await.expect("completes");
     assert_eq!(
         output["ready"],
@@ -379,25 +370,16 @@ pub(super) async fn a_crash_after_a_signal_control_commit_delivers_it_exactly_on
     let faulty = FaultStore::new(store.clone());
     faulty.arm(RecordKind::ControlDelivered, Cut::After, 1);
     let first = engine_for(Arc::new(faulty.clone()), &root);
-    let handle = first
-        .start(
-            &root,
-            start("crash-signal", keys(&["a"]), Budget::unlimited()),
-        )
-        .await
-        .expect("starts");
-    assert!(handle.await_result().await.is_err());
-    let tree = handle.tree();
+    let request = || start("crash-signal", keys(&["a"]), Budget::unlimited());
+    let tree = crate::start_into_crash(&first, &root, request()).await;
     drop(first);
     let second = engine_for(faulty.inner(), &root);
     second
         .recover(RecoverOptions::default())
         .await
         .expect("recovers");
-    let handle = second
-        .process::<Value>(&scope(), tree)
-        .await
-        .expect("attached");
+    let handle = second.start(&root, request()).await.expect("starts again");
+    assert_eq!(handle.tree(), tree);
     let output = handle.output().await.expect("completes");
     assert_eq!(
         output["receipts"],
