@@ -18,9 +18,9 @@ usage: baton-bench [WORKLOAD...] [--store memory|sqlite|postgres[=URL]] [--json]
 
 workloads (all when none is named):
   chain3      wall time per root of a three-transform workflow (1000 roots per run);
-              with --clients N: durable runs per second of N concurrent hosts, each with an
-              engine of its own on the one store, starting roots one after another
-              (100 roots per client per run), and the p50 and p99 start-to-output latency
+              with --clients N: runs per second of N concurrent hosts, each with an engine
+              of its own on the one store, starting roots one after another (100 roots
+              per client per run), and the p50 and p99 start-to-output latency
   fanout5     wall time per root that starts five children and joins them (1000 roots per run)
   state-1k    ms per stage of a ten-step chain carrying 1 KB of random state (also: marginal bytes per step)
   state-30k   the same with 30 KB
