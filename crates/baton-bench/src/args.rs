@@ -13,10 +13,14 @@ use crate::workloads::{SMALL_RUNS, Workload};
 /// Help text, printed for `--help` and after a usage error.
 pub const USAGE: &str = "\
 usage: baton-bench [WORKLOAD...] [--store memory|sqlite|postgres[=URL]] [--json] [--runs N]
-                   [--steps N] [--dispatches N] [--children N] [--resume N] [--idle N]
+                   [--clients [N]] [--roots N] [--steps N] [--dispatches N] [--children N]
+                   [--resume N] [--idle N]
 
 workloads (all when none is named):
-  chain3      wall time per root of a three-transform workflow (1000 roots per run)
+  chain3      wall time per root of a three-transform workflow (1000 roots per run);
+              with --clients N: runs per second of N concurrent hosts, each with an engine
+              of its own on the one store, starting roots one after another (100 roots
+              per client per run), and the p50 and p99 start-to-output latency
   fanout5     wall time per root that starts five children and joins them (1000 roots per run)
   state-1k    ms per stage of a ten-step chain carrying 1 KB of random state (also: marginal bytes per step)
   state-30k   the same with 30 KB
@@ -36,11 +40,30 @@ options:
                   created and dropped by the bench
   --json          print only the JSON lines, not the table
   --runs N        measured runs per workload and store after one warm-up (default 5)
+  --clients [N]   run chain3 as the throughput workload with N concurrent hosts (64 when no
+                  number follows); only chain3 runs unless other workloads are named too
+  --roots N       roots per chain3 or fanout5 run (default 1000; with --clients, 100 per
+                  client), split evenly between the clients
   --steps N       steps per `step` run (default 20000)
   --dispatches N  dispatches per `dispatch` run (default 5000)
   --children N    child lifecycles per `children` run (default 2000)
   --resume N      parked roots per `resume1000` run (default 1000)
-  --idle N        waiting roots per `idle` run (default 100000, as W6 asks)";
+  --idle N        waiting roots per `idle` run (default 100000, as W6 asks)
+
+figures beside the headline (JSON fields):
+  commit_floor_us  sqlite, postgres: median latency of a one-row durable transaction on a
+                   database of the bench's own on the same file system or server, measured in
+                   the workload's process just before its measured runs
+  floor_ratio      chain3, fanout5: the median per-run time over commit_floor_us (with
+                   --clients: p50_us over it)
+  state_floor_ms   state-*: median time of one canonical encode plus one blake3 hash of the
+                   carried state; state_target_ms = state_floor_ms + 1.3 x commit_floor_us";
+
+/// Concurrent hosts of `chain3 --clients` when no number follows.
+pub const DEFAULT_CLIENTS: usize = 64;
+
+/// Roots per client and run of `chain3 --clients` when `--roots` is not given.
+pub const ROOTS_PER_CLIENT: u64 = 100;
 
 /// The parsed command line.
 #[derive(Debug)]
@@ -53,6 +76,10 @@ pub struct Options {
     pub json: bool,
     /// Measured runs per workload and store.
     pub runs: usize,
+    /// `chain3 --clients`: concurrent hosts (engines on the one store).
+    pub clients: Option<usize>,
+    /// Roots per `chain3` or `fanout5` run, when given.
+    pub roots: Option<u64>,
     /// Steps per `step` run.
     pub steps: u64,
     /// Dispatches per `dispatch` run.
@@ -84,6 +111,8 @@ impl Options {
             stores: Vec::new(),
             json: false,
             runs: 5,
+            clients: None,
+            roots: None,
             steps: 20_000,
             dispatches: 5_000,
             children: 2_000,
@@ -94,7 +123,7 @@ impl Options {
             warm_up: false,
             resume_phase2: None,
         };
-        let mut args = args.iter();
+        let mut args = args.iter().peekable();
         while let Some(arg) = args.next() {
             let mut value = |flag: &str, what: &str| -> Result<&String> {
                 args.next()
@@ -109,6 +138,22 @@ impl Options {
             match arg.as_str() {
                 "--json" => options.json = true,
                 "--runs" => options.runs = usize::try_from(number(arg, value(arg, "a number")?)?)?,
+                "--clients" => {
+                    // The number is optional: a workload or an option may
+                    // follow instead.
+                    let given = args
+                        .next_if(|next| !next.starts_with("--") && Workload::parse(next).is_none());
+                    options.clients = Some(match given {
+                        None => DEFAULT_CLIENTS,
+                        Some(given) => match given.parse::<usize>() {
+                            Ok(n) if n > 0 => n,
+                            _ => bail!(
+                                "`--clients` needs a positive number of concurrent hosts, got `{given}`\n\n{USAGE}"
+                            ),
+                        },
+                    });
+                }
+                "--roots" => options.roots = Some(number(arg, value(arg, "a number")?)?),
                 "--steps" => options.steps = number(arg, value(arg, "a number")?)?,
                 "--dispatches" => options.dispatches = number(arg, value(arg, "a number")?)?,
                 "--children" => options.children = number(arg, value(arg, "a number")?)?,
@@ -151,6 +196,15 @@ impl Options {
                 },
             }
         }
+        if options.clients.is_some() {
+            if options.workloads.is_empty() {
+                options.workloads = vec![Workload::Chain3];
+            } else if !options.workloads.contains(&Workload::Chain3) {
+                bail!(
+                    "`--clients` applies to `chain3`, which is not among the workloads named\n\n{USAGE}"
+                );
+            }
+        }
         if options.workloads.is_empty() {
             options.workloads = Workload::ALL.to_vec();
         }
@@ -169,8 +223,34 @@ impl Options {
             Workload::Children => self.children,
             Workload::Team1000 => TEAM_ROUNDS * TEAM_BATCH,
             Workload::Resume1000 => self.resume as u64,
-            Workload::Chain3 | Workload::Fanout5 => SMALL_RUNS,
+            Workload::Chain3 | Workload::Fanout5 => self.roots(workload),
             Workload::State1k | Workload::State30k | Workload::State250k => STATE_STAGES,
+        }
+    }
+
+    /// Roots per `chain3` or `fanout5` run: `--roots`, else 1000, or 100
+    /// per client for `chain3 --clients`.
+    pub fn roots(&self, workload: Workload) -> u64 {
+        match (self.roots, self.clients_of(workload)) {
+            (Some(roots), _) => roots,
+            (None, Some(clients)) => ROOTS_PER_CLIENT.saturating_mul(clients as u64),
+            (None, None) => SMALL_RUNS,
+        }
+    }
+
+    /// The concurrent hosts `workload` runs with: `--clients` for `chain3`,
+    /// none for the others.
+    pub fn clients_of(&self, workload: Workload) -> Option<usize> {
+        self.clients.filter(|_| workload == Workload::Chain3)
+    }
+
+    /// The unit of `workload`'s headline figure: runs per second for
+    /// `chain3 --clients`, else the workload's own.
+    pub fn unit(&self, workload: Workload) -> &'static str {
+        if self.clients_of(workload).is_some() {
+            "runs/s"
+        } else {
+            workload.unit()
         }
     }
 }
@@ -221,5 +301,75 @@ mod tests {
         assert!(stores(&["--store", "postgres="]).is_err());
         assert!(stores(&["--store", "mysql"]).is_err());
         assert!(stores(&["--store"]).is_err());
+    }
+
+    fn parse(args: &[&str]) -> Result<Options> {
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        Options::parse(&args)
+    }
+
+    #[test]
+    fn clients_take_an_optional_number_and_turn_chain3_into_the_throughput_workload() {
+        let options = parse(&["chain3", "--clients", "8", "--store", "sqlite"]).unwrap();
+        assert_eq!(options.clients, Some(8));
+        assert_eq!(options.workloads, [Workload::Chain3]);
+        assert_eq!(options.clients_of(Workload::Chain3), Some(8));
+        assert_eq!(options.unit(Workload::Chain3), "runs/s");
+        assert_eq!(options.size(Workload::Chain3), 800, "100 roots per client");
+        // With no number, 64; a workload or an option may follow.
+        for args in [
+            &["chain3", "--clients"][..],
+            &["--clients", "chain3"],
+            &["--clients", "--runs", "2"],
+        ] {
+            let options = parse(args).unwrap();
+            assert_eq!(options.clients, Some(DEFAULT_CLIENTS), "{args:?}");
+            assert_eq!(options.workloads, [Workload::Chain3], "{args:?}");
+        }
+        // Other workloads named with chain3 run as they would without.
+        let options = parse(&["fanout5", "chain3", "--clients", "4", "--roots", "10"]).unwrap();
+        assert_eq!(options.workloads, [Workload::Fanout5, Workload::Chain3]);
+        assert_eq!(options.clients_of(Workload::Fanout5), None);
+        assert_eq!(options.unit(Workload::Fanout5), "us/run");
+        assert_eq!(
+            (
+                options.size(Workload::Chain3),
+                options.size(Workload::Fanout5)
+            ),
+            (10, 10)
+        );
+        // Without --clients chain3 is unchanged.
+        let options = parse(&["chain3"]).unwrap();
+        assert_eq!(options.clients_of(Workload::Chain3), None);
+        assert_eq!(
+            (
+                options.unit(Workload::Chain3),
+                options.size(Workload::Chain3)
+            ),
+            ("us/run", 1000)
+        );
+    }
+
+    #[test]
+    fn clients_refuse_zero_and_words_and_workloads_without_chain3() {
+        let zero = parse(&["chain3", "--clients", "0"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            zero.starts_with("`--clients` needs a positive number of concurrent hosts, got `0`"),
+            "{zero}"
+        );
+        for bad in ["-3", "many", "1.5"] {
+            let error = parse(&["--clients", bad]).unwrap_err().to_string();
+            assert!(error.contains(&format!("got `{bad}`")), "{error}");
+        }
+        let alone = parse(&["fanout5", "--clients", "4"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            alone.starts_with("`--clients` applies to `chain3`"),
+            "{alone}"
+        );
+        assert!(parse(&["chain3", "--roots", "0"]).is_err());
     }
 }

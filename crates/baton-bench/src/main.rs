@@ -1,7 +1,7 @@
 //! # baton-bench: workloads that measure the Baton kernel
 //!
-//! `baton-bench [WORKLOAD...] [--store memory|sqlite|postgres[=URL]] [--json] [--runs N]`
-//! runs the named workloads (all of them when none is named) on the named
+//! `baton-bench [WORKLOAD...] [--store memory|sqlite|postgres[=URL]] [--json] [--runs N]
+//! [--clients [N]] [--roots N] ...` runs the named workloads (all of them when none is named) on the named
 //! stores (memory and SQLite when none is named) and prints one JSON line per workload
 //! and store, then a table (`--json` prints only the JSON lines).
 //! `cargo xtask bench` runs it in release mode.
@@ -42,7 +42,17 @@
 //! ## Workloads
 //!
 //! - `chain3` (W1): a workflow of three pure transforms, 1000 new roots per
-//!   run, one after another; the figure is wall time per root.
+//!   run (`--roots`), one after another; the figure is wall time per root.
+//! - `chain3 --clients N` (issue 21's throughput workload; N is 64 when no
+//!   number follows): N concurrent hosts, each a tokio task with an
+//!   `Engine` of its own on the run's one store (as separate hosts on one
+//!   database would be), each starting its share of the run's roots (100
+//!   per client unless `--roots` says, split evenly) one after another and
+//!   awaiting each output. The figure is runs per second over the whole
+//!   phase (`runs_per_second`), with `p50_us` and `p99_us`, the
+//!   nearest-rank percentiles of the runs' start-to-output wall times, and
+//!   `clients`. Without `--clients`, `chain3` is the per-root workload
+//!   above; with it and no other workload named, only `chain3` runs.
 //! - `fanout5` (W2): a workflow that starts five children, waits for all
 //!   and joins their results, 1000 new roots per run; time per root.
 //! - `state-1k`, `state-30k`, `state-250k` (W4): a kernel program that takes
@@ -80,6 +90,31 @@
 //! - `idle` (W6): many roots (`--idle`) each wait on an `InputGate`; the
 //!   figure is resident memory growth per waiting process.
 //!
+//! ## Floors
+//!
+//! Figures that depend on the machine's disk or server are also given
+//! against a floor measured in the same worker process, just before the
+//! measured runs (after the warm-up; `idle` measures after its run, so the
+//! floor's freed memory cannot hide growth):
+//! - `commit_floor_us` (`sqlite` and `postgres`, every workload): the median
+//!   of 200 one-row durable transactions after 5 warm-up ones. On `sqlite`,
+//!   a database file of its own in a fresh directory beside the stores'
+//!   (under `TMPDIR`, the same file system), WAL with `synchronous = FULL`
+//!   as `SqliteStore` sets them, each commit `BEGIN IMMEDIATE`, one
+//!   `INSERT` of a 64-byte row, `COMMIT`. On `postgres`, a database of its
+//!   own on the same server (the server's `fsync` and `synchronous_commit`
+//!   apply as for the store), each commit one prepared `INSERT` in its own
+//!   transaction (one round trip).
+//! - `floor_ratio` (`chain3` and `fanout5` on durable stores): the median
+//!   per-run time in µs over `commit_floor_us`; for `chain3 --clients`, the
+//!   `p50_us` over it. Issue 21 asks for 1.3 (`chain3`) and 1.5 (`fanout5`).
+//! - `state_floor_ms` (`state-*`, every store): the median of 21 passes,
+//!   after 3 warm-up ones, of one canonical encode of a state of the
+//!   workload's size with the kernel's own encoder (`ExecutionState::encode`,
+//!   as a step's snapshot) followed by one blake3 hash of the encoded bytes
+//!   (`Payload::digest`); on durable stores `state_target_ms` is
+//!   `state_floor_ms + 1.3 × commit_floor_us`, issue 21's bound per stage.
+//!
 //! ## Processes and figures
 //!
 //! Each workload runs, per store, in a child process of its own (this
@@ -105,10 +140,12 @@
 //! - [`report`]: the JSON line, its statistics and the table.
 //! - [`measure`]: a measured phase and the figures of one run.
 //! - [`probe`]: the wall clock and the `/proc` readings.
+//! - [`floor`]: the commit and state floors.
 //! - [`store`]: the fresh store each run gets.
 //! - [`workloads`]: the workloads, one module per family.
 
 mod args;
+mod floor;
 mod measure;
 mod probe;
 mod process;

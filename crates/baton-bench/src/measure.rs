@@ -103,4 +103,16 @@ pub struct Sample {
     /// `resume1000` on SQLite).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_rss_bytes: Option<u64>,
+    /// Runs finished per second over the whole phase (`chain3 --clients`
+    /// only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs_per_second: Option<f64>,
+    /// Median start-to-output latency of the phase's runs in µs (`chain3
+    /// --clients` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p50_us: Option<f64>,
+    /// Nearest-rank 99th percentile of the same latencies in µs (`chain3
+    /// --clients` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99_us: Option<f64>,
 }

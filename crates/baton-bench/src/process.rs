@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::args::Options;
+use crate::floor::Floors;
 use crate::measure::Sample;
 use crate::probe::status_bytes;
 use crate::report::Line;
@@ -23,15 +24,19 @@ pub struct WorkerReport {
     pub samples: Vec<Sample>,
     /// This process's `VmHWM`.
     pub peak_rss_bytes: u64,
+    /// The floors measured in this process.
+    #[serde(default)]
+    pub floors: Floors,
 }
 
 impl WorkerReport {
-    /// Prints `samples` with this process's peak resident memory, read now,
-    /// as the JSON line the parent reads.
-    pub fn print(samples: Vec<Sample>) -> Result<()> {
+    /// Prints `samples` and `floors` with this process's peak resident
+    /// memory, read now, as the JSON line the parent reads.
+    pub fn print(samples: Vec<Sample>, floors: Floors) -> Result<()> {
         let report = WorkerReport {
             samples,
             peak_rss_bytes: status_bytes("VmHWM")?,
+            floors,
         };
         println!("{}", serde_json::to_string(&report)?);
         Ok(())
@@ -59,12 +64,7 @@ pub fn measure(workload: Workload, store: StoreKind, options: &Options) -> Resul
             vec![spawn_worker(workload, store, options, options.runs, true)?]
         }
     };
-    Ok(Line::summarize(
-        workload,
-        store,
-        options.size(workload),
-        reports,
-    ))
+    Ok(Line::summarize(workload, store, options, reports))
 }
 
 /// Runs this binary as a worker for `workload` on `store` and reads its report.
@@ -85,6 +85,12 @@ fn spawn_worker(
         .args(["--children", &options.children.to_string()])
         .args(["--resume", &options.resume.to_string()])
         .args(["--idle", &options.idle.to_string()]);
+    if let Some(clients) = options.clients {
+        command.args(["--clients", &clients.to_string()]);
+    }
+    if let Some(roots) = options.roots {
+        command.args(["--roots", &roots.to_string()]);
+    }
     if warm_up {
         command.arg("--warm-up");
     }
@@ -127,16 +133,34 @@ pub fn run_self(mut command: Command, what: &str) -> Result<WorkerReport> {
 
 /// Runs one workload in this process and prints a [`WorkerReport`] line.
 pub async fn worker(workload: Workload, options: &Options) -> Result<()> {
+    let (samples, floors) = worker_runs(workload, options).await?;
+    WorkerReport::print(samples, floors)
+}
+
+/// Runs one workload in this process: the warm-up run if asked for, the
+/// floors, then the measured runs, whose samples it returns with the
+/// floors. `idle` measures its floors after its run instead, so that
+/// memory the floors freed does not hide the run's growth.
+pub async fn worker_runs(workload: Workload, options: &Options) -> Result<(Vec<Sample>, Floors)> {
     let [store] = options.stores[..] else {
         bail!("a worker runs on exactly one store");
     };
-    let total = options.runs + usize::from(options.warm_up);
-    let mut samples = Vec::with_capacity(total);
-    for run in 0..total {
+    let first = usize::from(options.warm_up);
+    if options.warm_up {
+        workloads::run(workload, 0, store, options).await?;
+    }
+    let floors_after = workload == Workload::Idle;
+    let mut floors = if floors_after {
+        Floors::default()
+    } else {
+        Floors::measure(workload, store).await?
+    };
+    let mut samples = Vec::with_capacity(options.runs);
+    for run in first..first + options.runs {
         samples.push(workloads::run(workload, run, store, options).await?);
     }
-    if options.warm_up {
-        samples.remove(0);
+    if floors_after {
+        floors = Floors::measure(workload, store).await?;
     }
-    WorkerReport::print(samples)
+    Ok((samples, floors))
 }

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::args::Options;
 use crate::measure::Sample;
 use crate::process::WorkerReport;
 use crate::store::StoreKind;
@@ -47,35 +48,79 @@ pub struct Line {
     /// Median coordinator turns per run (`team1000` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     turns: Option<f64>,
+    /// Concurrent hosts (`chain3 --clients` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    clients: Option<usize>,
+    /// Median durable runs per second over the whole phase (`chain3
+    /// --clients` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runs_per_second: Option<f64>,
+    /// Median of the runs' median start-to-output latency in µs (`chain3
+    /// --clients` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    p50_us: Option<f64>,
+    /// Median of the runs' 99th-percentile start-to-output latency in µs
+    /// (`chain3 --clients` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    p99_us: Option<f64>,
+    /// Median µs of a one-row durable transaction on the same file system
+    /// or server, measured in the workload's process (durable stores only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    commit_floor_us: Option<f64>,
+    /// The per-run figure in µs over `commit_floor_us`: `median` for
+    /// `chain3` and `fanout5`, `p50_us` for `chain3 --clients`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    floor_ratio: Option<f64>,
+    /// Median ms of one canonical encode and one hash of the carried state,
+    /// measured in the workload's process (`state-*` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state_floor_ms: Option<f64>,
+    /// `state_floor_ms + 1.3 × commit_floor_us` in ms: what a stage should
+    /// cost at most (`state-*` on durable stores only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state_target_ms: Option<f64>,
 }
 
 impl Line {
     /// Sums up the reports of `workload`'s worker processes on `store`,
-    /// whose runs each did `size` units of work.
+    /// run with `options`.
     pub fn summarize(
         workload: Workload,
         store: StoreKind,
-        size: u64,
+        options: &Options,
         reports: Vec<WorkerReport>,
     ) -> Line {
         let mut samples = Vec::new();
+        let mut floors = Vec::new();
         let mut peak_rss_bytes = 0;
         for report in reports {
             peak_rss_bytes = peak_rss_bytes.max(report.peak_rss_bytes);
             samples.extend(report.samples);
+            floors.push(report.floors);
         }
         for sample in &samples {
             peak_rss_bytes = peak_rss_bytes.max(sample.peak_rss_bytes.unwrap_or(0));
         }
         let figures = sorted(samples.iter().map(|s| s.figure));
+        let median_figure = median(&figures);
+        let commit_floor_us = median_where(floors.iter().filter_map(|f| f.commit_floor_us));
+        let state_floor_ms = median_where(floors.iter().filter_map(|f| f.state_floor_ms));
+        let p50_us = median_of(&samples, |s| s.p50_us);
+        let clients = options.clients_of(workload);
+        // The per-run latency that the commit floor bounds.
+        let per_run_us = match workload {
+            Workload::Chain3 if clients.is_some() => p50_us,
+            Workload::Chain3 | Workload::Fanout5 => Some(median_figure),
+            _ => None,
+        };
         Line {
             workload: workload.name(),
             store: store.name(),
-            unit: workload.unit(),
-            median: round(median(&figures)),
+            unit: options.unit(workload),
+            median: round(median_figure),
             p90: round(p90(&figures)),
             runs: samples.len(),
-            size,
+            size: options.size(workload),
             peak_rss_bytes,
             bytes_written: median_of(&samples, |s| Some(s.bytes_written)).unwrap_or(f64::NAN),
             io_bytes: median_of(&samples, |s| s.io_bytes),
@@ -83,12 +128,28 @@ impl Line {
             total_seconds: median_of(&samples, |s| s.total_seconds),
             cpu_median: median_of(&samples, |s| s.cpu),
             turns: median_of(&samples, |s| s.turns.map(|t| t as f64)),
+            clients,
+            runs_per_second: median_of(&samples, |s| s.runs_per_second),
+            p50_us,
+            p99_us: median_of(&samples, |s| s.p99_us),
+            commit_floor_us: commit_floor_us.map(round),
+            floor_ratio: per_run_us
+                .zip(commit_floor_us)
+                .map(|(us, floor)| round(us / floor)),
+            state_floor_ms: state_floor_ms.map(round_fine),
+            state_target_ms: state_floor_ms
+                .zip(commit_floor_us)
+                .map(|(ms, floor)| round_fine(ms + TARGET_COMMITS * floor / 1e3)),
         }
     }
 }
 
+/// Commits a `state-*` stage may cost beyond its state floor (issue 21's
+/// target: `state_floor + 1.3 × commit_floor` per stage).
+const TARGET_COMMITS: f64 = 1.3;
+
 /// The median of sorted values (the mean of the middle two for an even count).
-fn median(sorted: &[f64]) -> f64 {
+pub fn median(sorted: &[f64]) -> f64 {
     let n = sorted.len();
     if n == 0 {
         return f64::NAN;
@@ -102,11 +163,17 @@ fn median(sorted: &[f64]) -> f64 {
 
 /// The nearest-rank 90th percentile of sorted values.
 fn p90(sorted: &[f64]) -> f64 {
+    nearest_rank(sorted, 90)
+}
+
+/// The nearest-rank `percent`th percentile of sorted values: the smallest
+/// value at least `percent`% of the values are no larger than.
+pub fn nearest_rank(sorted: &[f64], percent: usize) -> f64 {
     let n = sorted.len();
     if n == 0 {
         return f64::NAN;
     }
-    let rank = (n * 9).div_ceil(10).max(1);
+    let rank = (n * percent).div_ceil(100).clamp(1, n);
     sorted[rank - 1]
 }
 
@@ -122,9 +189,25 @@ fn median_of(samples: &[Sample], pick: impl Fn(&Sample) -> Option<f64>) -> Optio
     (!values.is_empty()).then(|| round(median(&values)))
 }
 
+/// The unrounded median of `values`, if there are any.
+fn median_where(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let values = sorted(values);
+    (!values.is_empty()).then(|| median(&values))
+}
+
 /// Rounds to three decimals for printing.
 fn round(value: f64) -> f64 {
     (value * 1000.0).round() / 1000.0
+}
+
+/// Rounds to four significant digits, for figures in ms that may be a few
+/// µs (the state floor of `state-1k`).
+fn round_fine(value: f64) -> f64 {
+    if value == 0.0 || !value.is_finite() {
+        return value;
+    }
+    let scale = 10f64.powi(3 - value.abs().log10().floor() as i32);
+    (value * scale).round() / scale
 }
 
 /// The human table of the results.
@@ -139,6 +222,8 @@ pub fn table(results: &[Line]) -> String {
         "bytes written",
         "io bytes",
         "peak RSS MiB",
+        "commit floor",
+        "x floor",
         "runs",
         "notes",
     ];
@@ -155,6 +240,18 @@ pub fn table(results: &[Line]) -> String {
         if let Some(turns) = line.turns {
             notes.push(format!("{turns} turns"));
         }
+        if let Some(clients) = line.clients {
+            notes.push(format!("{clients} clients"));
+        }
+        if let (Some(p50), Some(p99)) = (line.p50_us, line.p99_us) {
+            notes.push(format!("p50 {p50} us, p99 {p99} us"));
+        }
+        if let Some(floor) = line.state_floor_ms {
+            notes.push(format!("state floor {floor} ms"));
+        }
+        if let Some(target) = line.state_target_ms {
+            notes.push(format!("target {target} ms"));
+        }
         rows.push(vec![
             line.workload.to_owned(),
             line.store.to_owned(),
@@ -167,6 +264,10 @@ pub fn table(results: &[Line]) -> String {
             line.io_bytes
                 .map_or("-".to_owned(), |io| format!("{io} B/{per}")),
             format!("{:.1}", line.peak_rss_bytes as f64 / 1_048_576.0),
+            line.commit_floor_us
+                .map_or("-".to_owned(), |floor| format!("{floor} us")),
+            line.floor_ratio
+                .map_or("-".to_owned(), |ratio| format!("{ratio}")),
             line.runs.to_string(),
             notes.join(", "),
         ]);
@@ -197,5 +298,18 @@ mod tests {
         assert_eq!(p90(&[1.0, 2.0, 3.0, 4.0, 5.0]), 5.0);
         assert_eq!(p90(&(1..=10).map(f64::from).collect::<Vec<_>>()), 9.0);
         assert_eq!(p90(&[7.0]), 7.0);
+        let hundred: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(nearest_rank(&hundred, 50), 50.0);
+        assert_eq!(nearest_rank(&hundred, 99), 99.0);
+        assert_eq!(nearest_rank(&[3.0, 4.0], 99), 4.0);
+        assert_eq!(nearest_rank(&[3.0, 4.0], 0), 3.0);
+        assert!(nearest_rank(&[], 50).is_nan());
+    }
+
+    #[test]
+    fn fine_rounding_keeps_four_digits() {
+        assert_eq!(round_fine(0.001_234_56), 0.001_235);
+        assert_eq!(round_fine(1.031_49), 1.031);
+        assert_eq!(round_fine(0.0), 0.0);
     }
 }

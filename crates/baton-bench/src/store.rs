@@ -97,7 +97,8 @@ pub struct Database {
 }
 
 impl Database {
-    fn new() -> Result<Database> {
+    /// A new, empty database on the server of [`postgres_server`].
+    pub fn new() -> Result<Database> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let name = format!(
             "baton_bench_{}_{}",
@@ -150,7 +151,8 @@ impl Handover {
 pub struct TempDir(PathBuf);
 
 impl TempDir {
-    fn new() -> Result<TempDir> {
+    /// A new, empty directory under the system's temporary directory.
+    pub fn new() -> Result<TempDir> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let path = std::env::temp_dir().join(format!(
             "baton-bench-{}-{}",
@@ -165,7 +167,12 @@ impl TempDir {
 
     /// The bench's SQLite file in this directory.
     pub fn database(&self) -> PathBuf {
-        self.0.join("bench.db")
+        self.file("bench.db")
+    }
+
+    /// The file `name` in this directory.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
     }
 }
 

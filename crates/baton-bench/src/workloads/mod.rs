@@ -21,13 +21,17 @@ pub mod resume;
 pub mod state;
 pub mod team;
 
+use std::time::Duration;
+
 use anyhow::{Context, Result, bail};
 use baton::run::program::implementation_digest;
 use baton::run::{Digest, Engine, Payload, Program, StartId, StartRequest, Status};
 use serde::{Deserialize, Serialize};
+use tokio::task::JoinSet;
 
 use crate::args::Options;
 use crate::measure::{Measured, Phase, Sample};
+use crate::probe::now;
 use crate::store::{BenchStore, StoreKind};
 
 /// A workload.
@@ -133,7 +137,7 @@ impl Workload {
     }
 }
 
-/// Roots started per `chain3` or `fanout5` sample.
+/// Roots started per `chain3` or `fanout5` sample unless `--roots` says.
 pub const SMALL_RUNS: u64 = 1_000;
 
 /// Runs `workload` once (run number `run`) on a fresh store of `kind`, at
@@ -155,8 +159,13 @@ pub async fn run(
         Workload::Resume1000 => {
             resume::resume_run(run, store, options.resume, resume::Phase2::Process).await?
         }
-        Workload::Chain3 => chain::chain3_run(run, store, SMALL_RUNS).await?,
-        Workload::Fanout5 => fanout::fanout5_run(run, store, SMALL_RUNS).await?,
+        Workload::Chain3 => match options.clients_of(workload) {
+            Some(clients) => {
+                chain::chain3_clients_run(run, store, clients, options.roots(workload)).await?
+            }
+            None => chain::chain3_run(run, store, options.roots(workload)).await?,
+        },
+        Workload::Fanout5 => fanout::fanout5_run(run, store, options.roots(workload)).await?,
         Workload::State1k | Workload::State30k | Workload::State250k => {
             let size = workload
                 .state_size()
@@ -210,6 +219,85 @@ async fn per_root<I: Serialize + Clone, O>(
     let measured = phase.end(store).await?;
     engine.close().await;
     Ok(measured)
+}
+
+/// What a phase of concurrent hosts took: the phase as a whole and each
+/// root's start-to-output latency.
+pub struct Concurrent {
+    /// The whole phase, from before the first start to the last output.
+    pub measured: Measured,
+    /// Each root's latency, from before its `start` to its termination.
+    pub latencies: Vec<Duration>,
+}
+
+/// Runs `program` on `store` for `roots` new roots, each with `input`, from
+/// `clients` concurrent hosts: each host is a tokio task with an engine of
+/// its own on the one store (as separate processes on one database would
+/// be) that starts its share of the roots one after another and awaits
+/// each output, checking that it is `expected`. The engines are made
+/// before the phase starts and closed after it ends.
+async fn concurrent_roots<I, O>(
+    program: &Program<I, O>,
+    store: &BenchStore,
+    prefix: &str,
+    input: I,
+    clients: usize,
+    roots: u64,
+    expected: &Payload,
+) -> Result<Concurrent>
+where
+    I: Serialize + Clone + Send + Sync + 'static,
+    O: 'static,
+{
+    let engines = (0..clients)
+        .map(|_| Engine::new(store.config(program.erase())))
+        .collect::<Result<Vec<_>, _>>()?;
+    let clients = clients as u64;
+    let phase = Phase::on(store).await?;
+    let mut hosts = JoinSet::new();
+    for (client, engine) in (0..clients).zip(engines) {
+        // An even split; the first `roots % clients` hosts take one more.
+        let share = roots / clients + u64::from(client < roots % clients);
+        let program = program.clone();
+        let input = input.clone();
+        let expected = expected.clone();
+        let prefix = format!("{prefix}-{client}");
+        hosts.spawn(async move {
+            let mut latencies = Vec::with_capacity(usize::try_from(share).unwrap_or(0));
+            for index in 0..share {
+                let t0 = now();
+                let handle = engine
+                    .start(
+                        &program,
+                        request(format!("{prefix}-{index}"), input.clone())?,
+                    )
+                    .await?;
+                let termination = handle.join().await?;
+                latencies.push(now().duration_since(t0));
+                if termination.status() != Status::Completed
+                    || termination.output() != Some(&expected)
+                {
+                    bail!("a {prefix} root ended {termination}, not with {expected}");
+                }
+            }
+            Ok((engine, latencies))
+        });
+    }
+    let mut engines = Vec::with_capacity(hosts.len());
+    let mut latencies = Vec::new();
+    while let Some(host) = hosts.join_next().await {
+        let (engine, host_latencies) = host??;
+        engines.push(engine);
+        latencies.extend(host_latencies);
+    }
+    let measured = phase.end(store).await?;
+    for engine in engines {
+        engine.close().await;
+    }
+    Ok(Concurrent {
+        measured,
+        latencies,
+    })
 }
 
 /// What every sample of a run on `kind` shows: a positive figure, store

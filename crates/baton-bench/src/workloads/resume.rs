@@ -13,6 +13,7 @@ use baton::run::{
 
 use super::SCOPE;
 use super::gate::{gate_program, start_waiting};
+use crate::floor::Floors;
 use crate::measure::{Phase, Sample};
 use crate::process::{WorkerReport, run_self, self_command};
 use crate::store::{BenchStore, StoreKind, kind_of};
@@ -105,7 +106,7 @@ async fn resume_phase2(kind: StoreKind, locator: &str, trees: usize) -> Result<S
 pub async fn resume_phase2_main(locator: &Path, trees: usize) -> Result<()> {
     let locator = locator.display().to_string();
     let sample = resume_phase2(kind_of(&locator), &locator, trees).await?;
-    WorkerReport::print(vec![sample])
+    WorkerReport::print(vec![sample], Floors::default())
 }
 
 /// A fresh engine on `store` recovers the `trees` parked gates and answers

@@ -28,11 +28,20 @@ pub const STATE_ROOTS: u64 = 5;
 
 /// The state carried by the `state-*` chains.
 #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
-struct Carried {
+pub struct Carried {
     /// Seeded random bytes, hex encoded (incompressible as bytes).
     blob: String,
     /// The small field each stage changes.
-    stage: u64,
+    pub stage: u64,
+}
+
+/// The input of run `run` of a `state-*` workload carrying `size` bytes:
+/// seeded random hex and stage 0.
+pub fn carried_state(size: usize, run: usize) -> Carried {
+    Carried {
+        blob: random_hex(size, 0x5eed + run as u64),
+        stage: 0,
+    }
 }
 
 /// Deterministic pseudo-random hex of `len` characters (xorshift64*).
@@ -125,10 +134,7 @@ fn state_program(stages: u64) -> Result<Program<Carried, u64>> {
 /// one small field per stage. The figure is ms per stage; bytes are per
 /// stage; `marginal_bytes` compares with a 20-stage chain on a fresh store.
 pub async fn state_run(run: usize, kind: StoreKind, size: usize, roots: u64) -> Result<Sample> {
-    let input = Carried {
-        blob: random_hex(size, 0x5eed + run as u64),
-        stage: 0,
-    };
+    let input = carried_state(size, run);
     let prefix = format!("state-{size}-{run}");
     let ten = {
         let store = BenchStore::fresh(kind)?;

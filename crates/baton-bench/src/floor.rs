@@ -1,0 +1,205 @@
+//! The floors a workload's figures are compared with, measured in the
+//! worker process that runs the workload, so they share its machine, file
+//! system, server and moment:
+//! - the commit floor of a durable store: the median latency of a one-row
+//!   durable transaction with the store's durability settings, on a
+//!   database of the bench's own beside the store's ([`commit_floor_us`]);
+//! - the state floor of a `state-*` workload: the median time of one
+//!   canonical encode plus one blake3 hash of a state of that size, with
+//!   the kernel's own encoder and digest ([`state_floor_ms`]).
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use baton::run::program::ExecutionState;
+use rusqlite::{Connection, TransactionBehavior};
+use serde::{Deserialize, Serialize};
+
+use crate::probe::now;
+use crate::report::median;
+use crate::store::{Database, StoreKind, TempDir};
+use crate::workloads::Workload;
+use crate::workloads::state::carried_state;
+
+/// Commits before the timed ones (connection set-up, the table's first
+/// pages, the WAL file's growth).
+const COMMIT_WARM_UP: usize = 5;
+
+/// Timed commits; the floor is their median.
+const COMMITS: usize = 200;
+
+/// Encodes and hashes before the timed ones.
+const STATE_WARM_UP: usize = 3;
+
+/// Timed encodes and hashes; the floor is their median.
+const STATE_PASSES: usize = 21;
+
+/// The body of each floor row: about the size of a short run's record.
+const ROW: [u8; 64] = [0x5a; 64];
+
+/// The floors of one worker process.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Floors {
+    /// Median µs of a one-row durable transaction (durable stores only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit_floor_us: Option<f64>,
+    /// Median ms of one canonical encode plus one hash of the carried
+    /// state (`state-*` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_floor_ms: Option<f64>,
+}
+
+impl Floors {
+    /// Measures the floors that `workload` on `kind` is compared with.
+    pub async fn measure(workload: Workload, kind: StoreKind) -> Result<Floors> {
+        let state_floor_ms = workload.state_size().map(state_floor_ms).transpose()?;
+        Ok(Floors {
+            commit_floor_us: commit_floor_us(kind).await?,
+            state_floor_ms,
+        })
+    }
+}
+
+/// The commit floor of `kind` in µs, `None` for the memory store: the
+/// median of [`COMMITS`] one-row transactions after [`COMMIT_WARM_UP`].
+/// - SQLite: a database file of its own in a fresh directory beside the
+///   stores' (under `TMPDIR`, so on the same file system), in WAL mode with
+///   `synchronous = FULL` like `SqliteStore`; each commit is `BEGIN
+///   IMMEDIATE`, one `INSERT`, `COMMIT`.
+/// - PostgreSQL: a database of its own on the store's server (so with the
+///   server's `fsync` and `synchronous_commit`); each commit is one
+///   prepared `INSERT` in its own transaction, one round trip.
+pub async fn commit_floor_us(kind: StoreKind) -> Result<Option<f64>> {
+    let commits = match kind {
+        StoreKind::Memory => return Ok(None),
+        StoreKind::Sqlite => tokio::task::spawn_blocking(sqlite_commits).await??,
+        StoreKind::Postgres => postgres_commits().await?,
+    };
+    Ok(Some(median_of(commits, 1e6)))
+}
+
+/// Times one-row commits on a SQLite file of the bench's own.
+fn sqlite_commits() -> Result<Vec<Duration>> {
+    let dir = TempDir::new()?;
+    let path = dir.file("floor.db");
+    let failed = || format!("the commit floor on {}", path.display());
+    let mut conn = Connection::open(&path).with_context(failed)?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+        .with_context(failed)?;
+    anyhow::ensure!(
+        mode.eq_ignore_ascii_case("wal"),
+        "{}: the database refused WAL mode ({mode})",
+        failed()
+    );
+    conn.pragma_update(None, "synchronous", "FULL")
+        .with_context(failed)?;
+    conn.execute_batch("CREATE TABLE floor (id INTEGER PRIMARY KEY, body BLOB NOT NULL)")
+        .with_context(failed)?;
+    let mut times = Vec::with_capacity(COMMITS);
+    for commit in 0..COMMIT_WARM_UP + COMMITS {
+        let t0 = now();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .with_context(failed)?;
+        tx.prepare_cached("INSERT INTO floor (body) VALUES (?1)")
+            .and_then(|mut insert| insert.execute([&ROW[..]]))
+            .with_context(failed)?;
+        tx.commit().with_context(failed)?;
+        if commit >= COMMIT_WARM_UP {
+            times.push(now().duration_since(t0));
+        }
+    }
+    drop(conn);
+    drop(dir);
+    Ok(times)
+}
+
+/// Times one-row commits in a PostgreSQL database of the bench's own.
+async fn postgres_commits() -> Result<Vec<Duration>> {
+    let database = Database::new()?;
+    let failed = || "the commit floor on PostgreSQL".to_owned();
+    let (client, connection) = tokio_postgres::connect(database.url(), tokio_postgres::NoTls)
+        .await
+        .with_context(failed)?;
+    let driver = tokio::spawn(connection);
+    client
+        .batch_execute("CREATE TABLE floor (id bigserial PRIMARY KEY, body bytea NOT NULL)")
+        .await
+        .with_context(failed)?;
+    let insert = client
+        .prepare("INSERT INTO floor (body) VALUES ($1)")
+        .await
+        .with_context(failed)?;
+    let mut times = Vec::with_capacity(COMMITS);
+    for commit in 0..COMMIT_WARM_UP + COMMITS {
+        let t0 = now();
+        client
+            .execute(&insert, &[&&ROW[..]])
+            .await
+            .with_context(failed)?;
+        if commit >= COMMIT_WARM_UP {
+            times.push(now().duration_since(t0));
+        }
+    }
+    // The connection ends with its client; the database is dropped after.
+    drop(client);
+    let _ = driver.await;
+    drop(database);
+    Ok(times)
+}
+
+/// The state floor of a `size`-byte carried state in ms: the median of
+/// [`STATE_PASSES`] canonical encodes (`ExecutionState::encode`, as a
+/// step's snapshot) each followed by a blake3 hash of the encoded bytes
+/// (`Payload::digest`), after [`STATE_WARM_UP`]; each pass changes the
+/// small field, as each stage does.
+pub fn state_floor_ms(size: usize) -> Result<f64> {
+    let mut state = carried_state(size, 0);
+    let mut times = Vec::with_capacity(STATE_PASSES);
+    for pass in 0..STATE_WARM_UP + STATE_PASSES {
+        state.stage = pass as u64;
+        let t0 = now();
+        let encoded = ExecutionState::encode(black_box(&state))?;
+        black_box(encoded.0.digest());
+        let elapsed = now().duration_since(t0);
+        drop(encoded);
+        if pass >= STATE_WARM_UP {
+            times.push(elapsed);
+        }
+    }
+    Ok(median_of(times, 1e3))
+}
+
+/// The median of `times` in seconds scaled by `scale` (1e6 for µs).
+fn median_of(times: Vec<Duration>, scale: f64) -> f64 {
+    let mut values: Vec<f64> = times.iter().map(|t| t.as_secs_f64() * scale).collect();
+    values.sort_by(f64::total_cmp);
+    median(&values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn floors_are_positive_where_they_apply() {
+        assert_eq!(commit_floor_us(StoreKind::Memory).await.unwrap(), None);
+        let sqlite = commit_floor_us(StoreKind::Sqlite).await.unwrap();
+        assert!(sqlite.is_some_and(|us| us > 0.0), "{sqlite:?}");
+        let floors = Floors::measure(Workload::State1k, StoreKind::Memory)
+            .await
+            .unwrap();
+        assert_eq!(floors.commit_floor_us, None);
+        assert!(
+            floors.state_floor_ms.is_some_and(|ms| ms > 0.0),
+            "{floors:?}"
+        );
+        let floors = Floors::measure(Workload::Chain3, StoreKind::Sqlite)
+            .await
+            .unwrap();
+        assert_eq!(floors.state_floor_ms, None, "chain3 carries no large state");
+        assert!(floors.commit_floor_us.is_some_and(|us| us > 0.0));
+    }
+}
