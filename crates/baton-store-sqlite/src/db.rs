@@ -349,12 +349,18 @@ pub(crate) fn history(conn: &Connection, tree: TreeId) -> Result<Vec<Record>, St
 /// own.
 pub(crate) fn list(conn: &Connection, filter: &ListFilter) -> Result<Listing, StoreError> {
     // The statement's shape follows the filter, so each shape can use its
-    // index (status or scope first) and is prepared once.
+    // index (unfinished trees by status, or trees by scope) and is prepared
+    // once.
     let mut sql = format!("SELECT id, {META_COLUMNS} FROM trees WHERE scope IS NOT NULL");
     let mut bind: Vec<(String, Box<dyn rusqlite::ToSql>)> = Vec::new();
     if let Some(status) = filter.status {
         sql.push_str(" AND status = :status");
         bind.push((":status".into(), Box::new(status.as_str())));
+        // Says so in the index's own terms, so the planner may use the
+        // index of unfinished trees (`trees_open`).
+        if status != TreeStatus::Done {
+            sql.push_str(" AND status <> 'done'");
+        }
     }
     if let Some(scope) = &filter.scope {
         sql.push_str(" AND scope = :scope");

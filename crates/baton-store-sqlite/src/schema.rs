@@ -90,6 +90,18 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX inbox_pending ON inbox (seq) WHERE outcome IS NULL;
     ",
+    // Version 4: fewer index pages per commit. A tree is listed by scope
+    // (every status) through `trees_by_scope`, and by status through
+    // `trees_open`, which holds unfinished trees only: a root stored done
+    // in its first commit (most short runs) writes no entry there, and a
+    // tree that ends leaves it. Listings of done trees read the scope
+    // index or the table.
+    "
+    DROP INDEX trees_by_status;
+    DROP INDEX trees_by_scope;
+    CREATE INDEX trees_by_scope ON trees (scope, id);
+    CREATE INDEX trees_open ON trees (status, scope, id) WHERE status <> 'done';
+    ",
 ];
 
 /// The schema version this build writes.

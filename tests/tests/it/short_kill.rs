@@ -11,6 +11,8 @@
 //! process: every reported root is stored, done and has its output, and
 //! every stored tree is done and its log verifies. A last run finishes the
 //! rest, and every root is then done exactly once with its output.
+//! `cargo xtask soak` runs `BATON_SOAK_ROUNDS` such rounds, each on a fresh
+//! database.
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
@@ -116,13 +118,27 @@ async fn check_store(db: &Path, reported: &BTreeSet<String>) -> usize {
 async fn sigkill_of_a_host_running_many_short_roots_loses_no_finished_root_and_shows_no_half_root()
 {
     let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("short.db");
+    // One round in the normal test run, as many as `BATON_SOAK_ROUNDS` asks
+    // in `cargo xtask soak`.
+    let rounds = std::env::var("BATON_SOAK_ROUNDS")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(1u64);
+    for round in 0..rounds {
+        killed_round(&dir.path().join(format!("short-{round}.db")), round).await;
+    }
+    eprintln!("{} kills in {rounds} round(s)", rounds as usize * KILLS);
+}
+
+/// One round on a fresh database: the host is killed `KILLS` times, then
+/// runs to the end.
+async fn killed_round(db: &Path, round: u64) {
     let total = CLIENTS * ROOTS;
     let mut reported = BTreeSet::new();
     let mut kills = 0;
     // Kill points: seeded, each past what the earlier runs finished (a run
     // reports the roots stored before again, quickly, then new ones).
-    let mut seed = 0x5eed_5407_u64;
+    let mut seed = 0x5eed_5407_u64 + round;
     let mut runs = 0;
     while kills < KILLS {
         runs += 1;
@@ -134,9 +150,9 @@ async fn sigkill_of_a_host_running_many_short_roots_loses_no_finished_root_and_s
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(1_442_695_040_888_963_407);
         let step = 20 + (seed >> 33) as usize % (total / (2 * KILLS));
-        let outcome = run(&db, Some(reported.len() + step));
+        let outcome = run(db, Some(reported.len() + step));
         reported.extend(outcome.finished);
-        let stored = check_store(&db, &reported).await;
+        let stored = check_store(db, &reported).await;
         assert!(
             stored >= reported.len(),
             "{stored} stored, {} reported",
@@ -146,12 +162,12 @@ async fn sigkill_of_a_host_running_many_short_roots_loses_no_finished_root_and_s
             kills += 1;
         }
     }
-    let last = run(&db, None);
+    let last = run(db, None);
     assert!(!last.killed);
     reported.extend(last.finished);
     assert_eq!(reported.len(), total, "every root finished");
     assert_eq!(
-        check_store(&db, &reported).await,
+        check_store(db, &reported).await,
         total,
         "each root stored once"
     );

@@ -112,6 +112,7 @@ pub(super) async fn start(
         FirstRound::Ended => register(engine, &shared),
         FirstRound::Continues(actor) => {
             register(engine, &shared);
+            engine.nudge_inbox(None);
             spawn_in(engine, span, actor.run());
         }
         FirstRound::NotCreated(found) => {
@@ -371,8 +372,13 @@ fn prepare(
         outcome,
         renew: false,
     };
-    // The engine now holds a tree: its inbox task listens from here on.
-    engine.nudge_inbox(None);
+    // The engine now holds a tree: its inbox task listens from here on (a
+    // new tree's start says so once the tree goes on after its first round;
+    // one that ended there needs no inbox, and an engine that runs only
+    // such trees listens to nothing).
+    if when == Register::Now {
+        engine.nudge_inbox(None);
+    }
     let (sender, channels) = Channels::new();
     let actor = Actor::new(
         engine, &shared, state, owner, programs, executions, channels,

@@ -10,6 +10,9 @@ use super::super::error::RuntimeError;
 use super::Actor;
 
 /// How a new root's first round ended.
+// Matched at once by the start that drove the round; boxing the actor would
+// only add an allocation to every start that goes on.
+#[allow(clippy::large_enum_variant)]
 pub(in crate::engine) enum FirstRound {
     /// The tree ended in its first round, or stopped (its handles say why).
     Ended,
