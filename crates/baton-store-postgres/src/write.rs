@@ -305,6 +305,43 @@ impl TreeRow {
         self.lease_token == Some(int(token))
     }
 
+    /// The holder and expiry of a lease still live at `now` (ms).
+    fn live_lease(&self, now: i64) -> Result<Option<(String, Timestamp)>, StoreError> {
+        match (self.lease_token, &self.lease_owner, self.lease_until) {
+            (Some(_), Some(owner), Some(until)) if until > now => {
+                Ok(Some((owner.clone(), Timestamp(uint(until)?))))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Grants the lease to `owner` for `ttl` from `now` (ms) with a token
+    /// drawn from the sequence (`minted`), strictly above every token this
+    /// tree was granted even if the sequence was reset.
+    fn grant(
+        &mut self,
+        minted: Option<i64>,
+        owner: &str,
+        now: i64,
+        ttl: std::time::Duration,
+    ) -> Result<Lease, StoreError> {
+        let minted = minted.ok_or_else(|| corrupt("the token sequence returned too few tokens"))?;
+        let token = minted.max(self.last_token.saturating_add(1));
+        let ttl = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let until = now.saturating_add(ttl);
+        self.last_token = token;
+        self.lease_token = Some(token);
+        self.lease_owner = Some(owner.to_owned());
+        self.lease_until = Some(until);
+        self.lease_ttl = Some(ttl);
+        self.dirty = true;
+        Ok(Lease {
+            token: uint(token)?,
+            owner: owner.to_owned(),
+            until: Timestamp(uint(until)?),
+        })
+    }
+
     fn release(&mut self) {
         self.lease_token = None;
         self.lease_owner = None;
@@ -492,32 +529,12 @@ impl<'a> Group<'a> {
         let row = self
             .row(request.tree)?
             .ok_or_else(|| StoreError::unavailable("a tree row vanished while locked"))?;
-        if let (Some(_), Some(owner), Some(until)) =
-            (row.lease_token, &row.lease_owner, row.lease_until)
-            && until > now
-            && !request.force
+        if !request.force
+            && let Some((owner, until)) = row.live_lease(now)?
         {
-            return Ok(Written::Acquired(Acquired::LeaseHeld {
-                owner: owner.clone(),
-                until: Timestamp(uint(until)?),
-            }));
+            return Ok(Written::Acquired(Acquired::LeaseHeld { owner, until }));
         }
-        let minted = minted.ok_or_else(|| corrupt("the token sequence returned too few tokens"))?;
-        // Tokens strictly increase per tree even if the sequence was reset.
-        let token = minted.max(row.last_token.saturating_add(1));
-        let ttl = i64::try_from(request.ttl.as_millis()).unwrap_or(i64::MAX);
-        let until = now.saturating_add(ttl);
-        row.last_token = token;
-        row.lease_token = Some(token);
-        row.lease_owner = Some(request.owner.clone());
-        row.lease_until = Some(until);
-        row.lease_ttl = Some(ttl);
-        row.dirty = true;
-        let lease = Lease {
-            token: uint(token)?,
-            owner: request.owner.clone(),
-            until: Timestamp(uint(until)?),
-        };
+        let lease = row.grant(minted, &request.owner, now, request.ttl)?;
         Ok(Written::Granted(lease, request.tree))
     }
 
@@ -537,26 +554,11 @@ impl<'a> Group<'a> {
         if row.head_seq > 0 {
             return Ok(Created::Exists);
         }
-        if let (Some(_), Some(owner), Some(until)) =
-            (row.lease_token, &row.lease_owner, row.lease_until)
-            && until > now
-        {
-            return Ok(Created::LeaseHeld {
-                owner: owner.clone(),
-                until: Timestamp(uint(until)?),
-            });
+        if let Some((owner, until)) = row.live_lease(now)? {
+            return Ok(Created::LeaseHeld { owner, until });
         }
-        let minted = minted.ok_or_else(|| corrupt("the token sequence returned too few tokens"))?;
-        let token = minted.max(row.last_token.saturating_add(1));
-        let ttl = i64::try_from(create.ttl.as_millis()).unwrap_or(i64::MAX);
-        let until = now.saturating_add(ttl);
-        row.last_token = token;
-        if create.hold {
-            row.lease_token = Some(token);
-            row.lease_owner = Some(create.owner.clone());
-            row.lease_until = Some(until);
-            row.lease_ttl = Some(ttl);
-        } else {
+        let lease = row.grant(minted, &create.owner, now, create.ttl)?;
+        if !create.hold {
             row.release();
         }
         if let Some(last) = create.records.last() {
@@ -573,11 +575,7 @@ impl<'a> Group<'a> {
         self.pending.records(key, &create.records);
         self.notices
             .insert(notice(create.tree, Some(meta.scope.as_str())));
-        Ok(Created::Committed(Lease {
-            token: uint(token)?,
-            owner: create.owner.clone(),
-            until: Timestamp(uint(until)?),
-        }))
+        Ok(Created::Committed(lease))
     }
 
     /// One append: compare-and-swap on the expected head and the fencing

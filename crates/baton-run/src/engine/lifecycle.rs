@@ -112,7 +112,9 @@ pub(super) async fn start(
         FirstRound::Ended => register(engine, &shared),
         FirstRound::Continues(actor) => {
             register(engine, &shared);
-            engine.nudge_inbox(None);
+            // The inbox task listens from now on and reads this tree's inbox
+            // once, for a message posted before it listened.
+            engine.nudge_inbox(Some(tree));
             spawn_in(engine, span, actor.run());
         }
         FirstRound::NotCreated(found) => {

@@ -51,6 +51,19 @@ impl Entry {
         self.head
     }
 
+    /// Grants the lease to `owner` for `ttl` from `now`, with the next
+    /// token.
+    fn grant(&mut self, owner: String, now: Timestamp, ttl: std::time::Duration) -> Lease {
+        self.last_token += 1;
+        let lease = Lease {
+            token: self.last_token,
+            owner,
+            until: now.plus(ttl),
+        };
+        self.lease = Some(lease.clone());
+        lease
+    }
+
     fn token_is_current(&self, token: u64) -> bool {
         self.lease
             .as_ref()
@@ -280,13 +293,7 @@ impl Store for MemoryStore {
                     until: lease.until,
                 };
             }
-            entry.last_token += 1;
-            let lease = Lease {
-                token: entry.last_token,
-                owner: request.owner.clone(),
-                until: request.now.plus(request.ttl),
-            };
-            entry.lease = Some(lease.clone());
+            let lease = entry.grant(request.owner.clone(), request.now, request.ttl);
             Acquired::Granted {
                 lease,
                 load: entry.load(),
@@ -311,13 +318,10 @@ impl Store for MemoryStore {
                         until: lease.until,
                     };
                 }
-                entry.last_token += 1;
-                let lease = Lease {
-                    token: entry.last_token,
-                    owner: create.owner,
-                    until: create.now.plus(create.ttl),
-                };
-                entry.lease = create.hold.then(|| lease.clone());
+                let lease = entry.grant(create.owner, create.now, create.ttl);
+                if !create.hold {
+                    entry.lease = None;
+                }
                 if let Some(last) = create.records.last() {
                     entry.head = (last.seq, last.hash);
                 }
