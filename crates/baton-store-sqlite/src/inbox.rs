@@ -206,10 +206,14 @@ impl Notices {
                 OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
             )
             .map_err(storage)?;
+            // Read before the subscriber is answered, not when the thread
+            // first runs: a commit made after `subscribe` returns must move
+            // the version past this one, or the subscriber could miss it.
+            let last = version(&conn);
             let notices = std::sync::Arc::clone(self);
             let thread = std::thread::Builder::new()
                 .name("baton-sqlite-watcher".into())
-                .spawn(move || notices.watch(conn))
+                .spawn(move || notices.watch(conn, last))
                 .map_err(|error| {
                     StoreError::unavailable(format!("cannot start the sqlite watcher: {error}"))
                 })?;
@@ -232,12 +236,8 @@ impl Notices {
     }
 
     /// Reads `data_version` every [`WATCH_EVERY`] while anyone subscribes,
-    /// and tells subscribers to re-read when it moved.
-    fn watch(&self, conn: Connection) {
-        let version = |conn: &Connection| -> Option<i64> {
-            conn.query_row("PRAGMA data_version", [], |r| r.get(0)).ok()
-        };
-        let mut last = version(&conn);
+    /// and tells subscribers to re-read when it moved from `last`.
+    fn watch(&self, conn: Connection, mut last: Option<i64>) {
         let mut warned = false;
         loop {
             pause(WATCH_EVERY);
@@ -264,6 +264,11 @@ impl Notices {
             last = now;
         }
     }
+}
+
+/// The `data_version` of the file as `conn` sees it (`None` if unreadable).
+fn version(conn: &Connection) -> Option<i64> {
+    conn.query_row("PRAGMA data_version", [], |r| r.get(0)).ok()
 }
 
 #[expect(
