@@ -65,6 +65,141 @@ fn cut(data: &[u8]) -> usize {
     limit
 }
 
+/// A piece of a body cut by [`split_after`]: one the last cut of the same
+/// tree already stored (with the id it was stored under), or one to digest
+/// and store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Piece<'a, Id> {
+    /// Exactly the bytes of a piece of the last cut, which is stored as `id`.
+    Known(&'a [u8], Id),
+    /// A piece the last cut does not hold.
+    Fresh(&'a [u8]),
+}
+
+impl<'a, Id> Piece<'a, Id> {
+    /// The piece's bytes.
+    pub fn bytes(&self) -> &'a [u8] {
+        match self {
+            Piece::Known(bytes, _) | Piece::Fresh(bytes) => bytes,
+        }
+    }
+}
+
+/// The last body a store cut for a tree, with the ids its pieces are stored
+/// under: what [`split_after`] reuses to cut the tree's next body without
+/// scanning and digesting the pieces the two bodies share.
+///
+/// It holds the body itself (shared, not copied), so a store bounds how
+/// many it keeps.
+#[derive(Clone, Debug)]
+pub struct LastCut<Id> {
+    body: std::sync::Arc<[u8]>,
+    /// `(start, len, id)` of each piece, in order.
+    pieces: Vec<(usize, usize, Id)>,
+    /// The first eight bytes of each piece at least that long, with its
+    /// index, sorted: where a piece of the next body may be found again.
+    heads: Vec<(u64, u32)>,
+}
+
+/// How many pieces of the last cut with the same first eight bytes are
+/// compared with the next piece (bounds the work on repetitive content).
+const CANDIDATES: usize = 4;
+
+impl<Id: Copy> LastCut<Id> {
+    /// The cut of `body` into pieces of `lens` bytes stored under their ids,
+    /// in order, as [`split_pieces`] or [`split_after`] cut it. `None` if the
+    /// lengths do not add up to the body's.
+    pub fn new(
+        body: std::sync::Arc<[u8]>,
+        lens: impl IntoIterator<Item = (usize, Id)>,
+    ) -> Option<LastCut<Id>> {
+        let mut pieces = Vec::new();
+        let mut start = 0usize;
+        for (len, id) in lens {
+            pieces.push((start, len, id));
+            start = start.checked_add(len)?;
+        }
+        if start != body.len() {
+            return None;
+        }
+        let mut heads: Vec<(u64, u32)> = pieces
+            .iter()
+            .enumerate()
+            .filter_map(|(index, &(start, len, _))| {
+                let head = body.get(start..start + len)?.first_chunk::<8>()?;
+                Some((u64::from_le_bytes(*head), u32::try_from(index).ok()?))
+            })
+            .collect();
+        heads.sort_unstable();
+        Some(LastCut {
+            body,
+            pieces,
+            heads,
+        })
+    }
+
+    /// Bytes of the body this cut holds.
+    pub fn len(&self) -> usize {
+        self.body.len()
+    }
+
+    /// Whether the body is empty.
+    pub fn is_empty(&self) -> bool {
+        self.body.is_empty()
+    }
+
+    /// The piece of the last cut that the cutter would cut at the start of
+    /// `rest` (the unsplit tail of the next body), if any: same bytes, and
+    /// the last piece only when `rest` ends with it too.
+    fn known(&self, rest: &[u8]) -> Option<(usize, Id)> {
+        let head = u64::from_le_bytes(*rest.first_chunk::<8>()?);
+        let from = self.heads.partition_point(|&(h, _)| h < head);
+        let last = self.pieces.len() - 1;
+        self.heads[from..]
+            .iter()
+            .take_while(|&&(h, _)| h == head)
+            .take(CANDIDATES)
+            .find_map(|&(_, index)| {
+                let index = index as usize;
+                let (start, len, id) = self.pieces[index];
+                // A piece but the last was cut by the content of its own
+                // bytes (or at the longest length), so the same bytes cut the
+                // same way; the last may have been cut by the body's end.
+                let fits = if index == last {
+                    len == rest.len()
+                } else {
+                    len <= rest.len()
+                };
+                (fits && rest[..len] == self.body[start..start + len]).then_some((len, id))
+            })
+    }
+}
+
+/// Cuts `bytes` exactly as [`split_pieces`] does, naming the pieces `last`
+/// (the tree's previous cut, if the store kept it) already holds: those are
+/// found by their first bytes and compared, not scanned for a cut point and
+/// digested again, so a body that shares most of its bytes with the
+/// previous one costs about one comparison pass.
+pub fn split_after<'a, Id: Copy>(
+    bytes: &'a [u8],
+    last: Option<&LastCut<Id>>,
+) -> Vec<Piece<'a, Id>> {
+    let mut pieces = Vec::with_capacity(bytes.len() / 2048 + 1);
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        if let Some((len, id)) = last.and_then(|last| last.known(rest)) {
+            let (piece, tail) = rest.split_at(len);
+            pieces.push(Piece::Known(piece, id));
+            rest = tail;
+            continue;
+        }
+        let (piece, tail) = rest.split_at(cut(rest));
+        pieces.push(Piece::Fresh(piece));
+        rest = tail;
+    }
+    pieces
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +247,92 @@ mod tests {
             .count();
         assert!(after.len() > 50, "{} pieces", after.len());
         assert!(new <= 4, "{new} new pieces for two small edits");
+    }
+
+    /// The cut of `bytes` recorded as a [`LastCut`], each piece's id its
+    /// index in `ids` (the distinct pieces, in order of appearance).
+    fn recorded(bytes: &[u8], ids: &mut Vec<Vec<u8>>) -> LastCut<usize> {
+        let lens: Vec<(usize, usize)> = split_pieces(bytes)
+            .into_iter()
+            .map(|piece| (piece.len(), id_of(piece, ids)))
+            .collect();
+        LastCut::new(std::sync::Arc::from(bytes), lens).expect("pieces add up")
+    }
+
+    fn id_of(piece: &[u8], ids: &mut Vec<Vec<u8>>) -> usize {
+        match ids.iter().position(|known| known == piece) {
+            Some(id) => id,
+            None => {
+                ids.push(piece.to_vec());
+                ids.len() - 1
+            }
+        }
+    }
+
+    /// Applies `edits` (position fraction, removed, inserted bytes) to `data`.
+    fn edited(data: &[u8], edits: &[(f64, usize, Vec<u8>)]) -> Vec<u8> {
+        let mut out = data.to_vec();
+        for (at, removed, inserted) in edits {
+            let at = ((out.len() as f64) * at) as usize;
+            let end = (at + removed).min(out.len());
+            out.splice(at..end, inserted.iter().copied());
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Reusing the last cut never changes the pieces: the same cut points
+        /// as `split_pieces`, and every known piece is byte for byte the
+        /// piece its id names.
+        #[test]
+        fn split_after_cuts_as_split_pieces_does(
+            len in 0usize..60_000,
+            seed in 1u64..u64::MAX,
+            repetitive in proptest::bool::ANY,
+            edits in proptest::collection::vec(
+                (0.0f64..1.0, 0usize..3000, proptest::collection::vec(proptest::num::u8::ANY, 0..40)),
+                0..4,
+            ),
+        ) {
+            let base = if repetitive {
+                (0..len).map(|i| b"0123456789abcdef"[(i / 700 + seed as usize) % 16]).collect()
+            } else {
+                noise(len, seed)
+            };
+            let next = edited(&base, &edits);
+            let mut ids = Vec::new();
+            let last = recorded(&base, &mut ids);
+            let pieces = split_after(&next, Some(&last));
+            let bytes: Vec<&[u8]> = pieces.iter().map(Piece::bytes).collect();
+            proptest::prop_assert_eq!(&bytes, &split_pieces(&next));
+            for piece in &pieces {
+                if let Piece::Known(bytes, id) = piece {
+                    proptest::prop_assert_eq!(*bytes, ids[*id].as_slice());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_body_sharing_most_bytes_is_mostly_known() {
+        let data = noise(250_000, 9);
+        let mut ids = Vec::new();
+        let last = recorded(&data, &mut ids);
+        // A shift near the start, a changed byte in the middle, a longer end.
+        let mut next = data.clone();
+        next.insert(10, b'x');
+        next[125_000] ^= 1;
+        next.extend_from_slice(b"tail");
+        let pieces = split_after(&next, Some(&last));
+        let fresh = pieces
+            .iter()
+            .filter(|piece| matches!(piece, Piece::Fresh(_)))
+            .count();
+        assert!(pieces.len() > 50, "{} pieces", pieces.len());
+        assert!(fresh <= 6, "{fresh} of {} pieces cut afresh", pieces.len());
+        assert_eq!(split_after::<usize>(&next, None).len(), pieces.len());
+        assert!(LastCut::new(std::sync::Arc::from(&data[..]), [(1usize, 0usize)]).is_none());
     }
 }

@@ -35,9 +35,6 @@ pub(crate) fn state_digest(state: &[u8]) -> [u8; 32] {
     *hasher.finalize().as_bytes()
 }
 
-/// Cuts `bytes` into content-defined pieces: the kernel's shared rule.
-pub(crate) use baton_run::store::split_pieces as split;
-
 /// Appends `value` as an unsigned LEB128 varint.
 pub(crate) fn put_varint(out: &mut Vec<u8>, mut value: u64) {
     loop {

@@ -9,11 +9,13 @@ use baton_run::store::{
     AcquireRequest, Acquired, Append, AppendOutcome, CreateTree, Created, Lease, ListCursor,
     ListFilter, Listing, StoreError, TreeLoad, TreeStatus, UnreadableRow,
 };
+use baton_run::store::{LastCut, Piece, split_after};
 use baton_run::store::{StoredMeta, stored_digest as digest, stored_uint as uint};
 use baton_run::{Digest, Timestamp, TreeId};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use crate::chunk;
+use crate::cuts::Writing;
 
 /// Maps a SQLite failure to a storage error, keeping it as the cause:
 /// damaged files are `Corrupt`; a full disk, a read-only file, refused
@@ -107,17 +109,20 @@ type Stored = (Option<Vec<u8>>, Option<Vec<u8>>);
 
 /// Stores `bytes` inline or as chunks of tree `key`; returns `(body, chunks)`.
 ///
-/// Adds to `written` the payload bytes this stores: the inline body, or the
+/// A long body is cut the kernel's way; the pieces the tree's last cut
+/// (remembered by this writer) already stored are taken as they are, the
+/// others are looked up by digest and stored if new. Adds to
+/// `written.bytes` the payload bytes this stores: the inline body, or the
 /// manifest plus each piece that was not already stored for the tree (see
 /// `SqliteStore::bytes_written`).
 fn encode(
     conn: &Connection,
     key: i64,
-    bytes: &[u8],
-    written: &mut u64,
+    bytes: &Arc<[u8]>,
+    written: &mut Writing<'_>,
 ) -> Result<Stored, StoreError> {
     if bytes.len() <= chunk::INLINE_MAX {
-        *written += bytes.len() as u64;
+        written.bytes += bytes.len() as u64;
         return Ok((Some(bytes.to_vec()), None));
     }
     let mut find = conn
@@ -126,26 +131,38 @@ fn encode(
     let mut insert = conn
         .prepare_cached("INSERT INTO chunks (tree, digest, bytes) VALUES (?1, ?2, ?3)")
         .map_err(storage)?;
-    let mut manifest = Vec::new();
-    for piece in chunk::split(bytes) {
-        let digest = chunk::digest(piece);
-        let found: Option<i64> = find
-            .query_row(params![key, &digest[..]], |row| row.get(0))
-            .optional()
-            .map_err(storage)?;
-        let id = match found {
-            Some(id) => id,
-            None => {
-                insert
-                    .execute(params![key, &digest[..], piece])
+    let pieces = split_after(bytes, written.cuts.get(key));
+    let mut manifest = Vec::with_capacity(pieces.len() * 3);
+    let mut lens = Vec::with_capacity(pieces.len());
+    for piece in pieces {
+        let id = match piece {
+            Piece::Known(_, id) => id,
+            Piece::Fresh(piece) => {
+                let digest = chunk::digest(piece);
+                let found: Option<i64> = find
+                    .query_row(params![key, &digest[..]], |row| row.get(0))
+                    .optional()
                     .map_err(storage)?;
-                *written += piece.len() as u64;
-                conn.last_insert_rowid()
+                match found {
+                    Some(id) => id,
+                    None => {
+                        insert
+                            .execute(params![key, &digest[..], piece])
+                            .map_err(storage)?;
+                        written.bytes += piece.len() as u64;
+                        conn.last_insert_rowid()
+                    }
+                }
             }
         };
         chunk::put_varint(&mut manifest, uint(id)?);
+        lens.push((piece.bytes().len(), id));
     }
-    *written += manifest.len() as u64;
+    written.bytes += manifest.len() as u64;
+    match LastCut::new(Arc::clone(bytes), lens) {
+        Some(cut) => written.cuts.keep(key, cut),
+        None => written.cuts.forget(key),
+    }
     Ok((None, Some(manifest)))
 }
 
@@ -489,7 +506,7 @@ fn insert_records(
     conn: &Connection,
     key: i64,
     records: &[Record],
-    written: &mut u64,
+    written: &mut Writing<'_>,
 ) -> Result<(), StoreError> {
     let mut insert = conn
         .prepare_cached(
@@ -519,7 +536,7 @@ fn insert_records(
 pub(crate) fn create_tree(
     conn: &Connection,
     create: &CreateTree,
-    written: &mut u64,
+    written: &mut Writing<'_>,
 ) -> Result<Created, StoreError> {
     create.check()?;
     let row = tree_row(conn, create.tree)?;
@@ -605,7 +622,7 @@ pub(crate) fn create_tree(
 pub(crate) fn append(
     conn: &Connection,
     append: &Append,
-    written: &mut u64,
+    written: &mut Writing<'_>,
 ) -> Result<AppendOutcome, StoreError> {
     let Some(row) = tree_row(conn, append.tree)? else {
         return Ok(AppendOutcome::Fenced);
@@ -672,7 +689,7 @@ pub(crate) fn write_snapshot(
     token: u64,
     snapshot: &Snapshot,
     compact: bool,
-    written: &mut u64,
+    written: &mut Writing<'_>,
 ) -> Result<AppendOutcome, StoreError> {
     let Some(row) = tree_row(conn, tree)? else {
         return Ok(AppendOutcome::Fenced);
@@ -728,6 +745,7 @@ pub(crate) fn write_snapshot(
             .execute(params![row.key, int(snapshot.seq)])
             .map_err(storage)?;
         collect_chunks(conn, row.key)?;
+        written.cuts.forget(row.key);
     }
     Ok(AppendOutcome::Committed)
 }

@@ -68,6 +68,7 @@
 //! No cargo features.
 
 mod chunk;
+mod cuts;
 mod db;
 mod inbox;
 mod schema;
@@ -654,6 +655,7 @@ fn write_loop(
     max_batch: usize,
     writer: &Writer,
 ) {
+    let mut cuts = cuts::Cuts::default();
     while let Ok(first) = queue.recv() {
         let mut group = vec![first];
         while group.len() < max_batch {
@@ -662,25 +664,37 @@ fn write_loop(
                 Err(_) => break,
             }
         }
-        apply(conn, group, writer);
+        apply(conn, group, writer, &mut cuts);
     }
 }
 
-fn apply(conn: &mut Connection, group: Vec<Write>, writer: &Writer) {
+fn apply(conn: &mut Connection, group: Vec<Write>, writer: &Writer, cuts: &mut cuts::Cuts) {
     let (compact, counter) = (writer.compact, &writer.counter);
-    // Payload bytes of this group, added to the counter only if it commits.
+    // Payload bytes of this group, added to the counter only if it commits;
+    // the cuts it leaves are kept only if it commits.
     let mut bytes = 0u64;
     let result = (|| {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(db::storage)?;
+        // Read under the write lock: no other connection commits until ours.
+        cuts.begin(&tx);
+        let mut writing = cuts::Writing {
+            bytes: 0,
+            cuts: &mut *cuts,
+        };
         let mut written = Vec::with_capacity(group.len());
         for write in &group {
-            written.push(execute(&tx, write, compact, &mut bytes)?);
+            written.push(execute(&tx, write, compact, &mut writing)?);
         }
+        let stored = writing.bytes;
         tx.commit().map_err(db::storage)?;
+        bytes = stored;
         Ok::<_, StoreError>(written)
     })();
+    if result.is_err() {
+        cuts.clear();
+    }
     match result {
         Ok(written) => {
             counter.fetch_add(bytes, Ordering::AcqRel);
@@ -702,7 +716,7 @@ fn apply(conn: &mut Connection, group: Vec<Write>, writer: &Writer) {
         Err(error) => {
             tracing::warn!(%error, size = group.len(), "sqlite group commit failed; retrying one by one");
             for write in group {
-                apply(conn, vec![write], writer);
+                apply(conn, vec![write], writer, cuts);
             }
         }
     }
@@ -712,7 +726,7 @@ fn execute(
     conn: &Connection,
     write: &Write,
     compact: bool,
-    bytes: &mut u64,
+    bytes: &mut cuts::Writing<'_>,
 ) -> Result<Written, StoreError> {
     Ok(match write {
         Write::Acquire(request, _) => Written::Acquired(db::acquire(conn, request)?),
@@ -741,7 +755,11 @@ fn execute(
             db::release(conn, *tree, *token)?;
             Written::Released
         }
-        Write::Prune(older_than, _) => Written::Pruned(db::prune(conn, *older_than)?),
+        Write::Prune(older_than, _) => {
+            // Pruned trees' keys and chunk ids may be used again.
+            bytes.cuts.clear();
+            Written::Pruned(db::prune(conn, *older_than)?)
+        }
         Write::Post(message, _) => Written::Posted(inbox::post(conn, message)?),
         Write::Settle(settle, _) => Written::Settled(inbox::settle(conn, settle)?),
     })

@@ -1,0 +1,153 @@
+//! The writer's memory of how it last cut each tree's long body into
+//! pieces, so the next body of the same tree (the next step of a process
+//! carrying a large state) reuses the pieces the two share instead of
+//! scanning, digesting and looking each of them up again
+//! (`baton_run::store::split_after`).
+//!
+//! It is only a cache of what this connection committed: a group that does
+//! not commit forgets everything, a compaction or a prune forgets its
+//! trees, and a commit by any other connection to the file (another
+//! process) forgets everything before the next group (`PRAGMA
+//! data_version`), so a remembered chunk id always names a stored chunk of
+//! its tree.
+
+use std::collections::HashMap;
+
+use baton_run::store::LastCut;
+use rusqlite::Connection;
+
+/// The bodies kept at most, in bytes (they are shared with the records the
+/// engine wrote, so a tree costs nothing beyond its last body).
+const MAX_BYTES: usize = 32 << 20;
+
+/// The trees remembered at most.
+const MAX_TREES: usize = 1024;
+
+/// The last cut of each recently written tree, by tree key.
+#[derive(Default)]
+pub(crate) struct Cuts {
+    trees: HashMap<i64, (u64, LastCut<i64>)>,
+    bytes: usize,
+    /// Bumped on each use, so the least recently written tree goes first.
+    stamp: u64,
+    /// `PRAGMA data_version` when this connection last began a group.
+    version: Option<i64>,
+}
+
+impl Cuts {
+    /// At the start of a group, under its write lock: forgets everything if
+    /// another connection committed since the last group began (or if that
+    /// cannot be told).
+    pub(crate) fn begin(&mut self, conn: &Connection) {
+        let version = conn
+            .query_row("PRAGMA data_version", [], |row| row.get::<_, i64>(0))
+            .ok();
+        if version.is_none() || version != self.version {
+            self.clear();
+        }
+        self.version = version;
+    }
+
+    /// The last cut of tree `key`, if remembered.
+    pub(crate) fn get(&self, key: i64) -> Option<&LastCut<i64>> {
+        self.trees.get(&key).map(|(_, cut)| cut)
+    }
+
+    /// Remembers `cut` as tree `key`'s last, evicting the least recently
+    /// written trees beyond the bounds.
+    pub(crate) fn keep(&mut self, key: i64, cut: LastCut<i64>) {
+        self.forget(key);
+        if cut.len() > MAX_BYTES / 4 {
+            return;
+        }
+        self.stamp += 1;
+        self.bytes += cut.len();
+        self.trees.insert(key, (self.stamp, cut));
+        while self.bytes > MAX_BYTES || self.trees.len() > MAX_TREES {
+            let oldest = self
+                .trees
+                .iter()
+                .min_by_key(|(_, (stamp, _))| *stamp)
+                .map(|(key, _)| *key);
+            match oldest {
+                Some(oldest) => self.forget(oldest),
+                None => break,
+            }
+        }
+    }
+
+    /// Forgets tree `key` (its chunks may be deleted).
+    pub(crate) fn forget(&mut self, key: i64) {
+        if let Some((_, cut)) = self.trees.remove(&key) {
+            self.bytes -= cut.len();
+        }
+    }
+
+    /// Forgets every tree (a group did not commit).
+    pub(crate) fn clear(&mut self) {
+        self.trees.clear();
+        self.bytes = 0;
+    }
+}
+
+/// What the statements of one group add up as they store bodies: the
+/// payload bytes stored (see `SqliteStore::bytes_written`) and the cuts
+/// they reuse and leave behind.
+pub(crate) struct Writing<'a> {
+    pub(crate) bytes: u64,
+    pub(crate) cuts: &'a mut Cuts,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn cut(len: usize) -> LastCut<i64> {
+        LastCut::new(Arc::from(vec![7u8; len]), [(len, 1i64)]).expect("one piece")
+    }
+
+    #[test]
+    fn the_least_recently_written_trees_go_first_beyond_the_bounds() {
+        let mut cuts = Cuts::default();
+        let size = MAX_BYTES / 5;
+        for key in 0..6 {
+            cuts.keep(key, cut(size));
+        }
+        assert!(cuts.get(0).is_none(), "the oldest is evicted");
+        assert!(cuts.get(5).is_some());
+        assert!(cuts.bytes <= MAX_BYTES);
+        cuts.keep(9, cut(MAX_BYTES));
+        assert!(cuts.get(9).is_none(), "a body too large is not kept");
+        cuts.forget(5);
+        assert!(cuts.get(5).is_none());
+        cuts.clear();
+        assert_eq!(cuts.bytes, 0);
+    }
+
+    #[test]
+    fn a_commit_by_another_connection_forgets_everything() {
+        let dir = std::env::temp_dir().join(format!("baton-cuts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cuts.db");
+        let ours = Connection::open(&path).unwrap();
+        let theirs = Connection::open(&path).unwrap();
+        ours.execute_batch("CREATE TABLE IF NOT EXISTS t (x)")
+            .unwrap();
+        let mut cuts = Cuts::default();
+        cuts.begin(&ours);
+        cuts.keep(1, cut(10_000));
+        ours.execute("INSERT INTO t VALUES (1)", []).unwrap();
+        cuts.begin(&ours);
+        assert!(cuts.get(1).is_some(), "our own commits keep the cuts");
+        theirs.execute("INSERT INTO t VALUES (2)", []).unwrap();
+        cuts.begin(&ours);
+        assert!(
+            cuts.get(1).is_none(),
+            "another connection's commit forgets them"
+        );
+        drop((ours, theirs));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
