@@ -11,7 +11,7 @@
 //! data_version`), so a remembered chunk id always names a stored chunk of
 //! its tree.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use baton_run::store::LastCut;
 use rusqlite::Connection;
@@ -26,7 +26,7 @@ const MAX_TREES: usize = 1024;
 /// The last cut of each recently written tree, by tree key.
 #[derive(Default)]
 pub(crate) struct Cuts {
-    trees: HashMap<i64, (u64, LastCut<i64>)>,
+    trees: BTreeMap<i64, (u64, LastCut<i64>)>,
     bytes: usize,
     /// Bumped on each use, so the least recently written tree goes first.
     stamp: u64,
