@@ -44,6 +44,22 @@ fn meta(tree: TreeId, status: TreeStatus, updated: u64) -> TreeMeta {
     )
 }
 
+/// Appends `record` to tree `t` (still running, updated at the record's
+/// sequence number) under `token` and checks it committed.
+async fn append_one(store: &SqliteStore, t: TreeId, token: u64, record: Record) {
+    let item = Append {
+        tree: t,
+        token,
+        meta: meta(t, TreeStatus::Running, record.seq),
+        records: vec![record],
+        release: false,
+    };
+    assert_eq!(
+        store.append(vec![item]).await,
+        Ok(vec![AppendOutcome::Committed])
+    );
+}
+
 /// A step record carrying `state` as the process's execution state.
 fn step(tree: TreeId, seq: u64, prev: Digest, state: &str) -> Record {
     let body = RecordBody::StepAdopted {
@@ -291,17 +307,7 @@ async fn a_large_state_that_changes_a_little_is_stored_once_by_digest() {
         state[at] = b"0123456789abcdef"[seq as usize % 16];
         let record = step(t, seq, prev, std::str::from_utf8(&state).expect("hex"));
         prev = record.hash;
-        let item = Append {
-            tree: t,
-            token,
-            records: vec![record.clone()],
-            meta: meta(t, TreeStatus::Running, seq),
-            release: false,
-        };
-        assert_eq!(
-            store.append(vec![item]).await,
-            Ok(vec![AppendOutcome::Committed])
-        );
+        append_one(&store, t, token, record.clone()).await;
         records.push(record);
     }
     let loaded = store.load(t).await.expect("loads");
@@ -540,17 +546,7 @@ async fn large_bodies_read_back_exactly_whichever_pieces_their_cuts_reuse() {
         }
         let record = step(t, seq, head, std::str::from_utf8(&state).expect("ascii"));
         head = record.hash;
-        let item = Append {
-            tree: t,
-            token,
-            records: vec![record.clone()],
-            meta: meta(t, TreeStatus::Running, seq),
-            release: false,
-        };
-        assert_eq!(
-            store.append(vec![item]).await,
-            Ok(vec![AppendOutcome::Committed])
-        );
+        append_one(&store, t, token, record.clone()).await;
         written.push(record);
         if seq == 4 {
             // Compaction deletes the pieces only the covered records held.
