@@ -81,7 +81,9 @@
 //! - `resume1000` (W5): 1000 roots (`--resume`) each park on a
 //!   `baton::coordination::InputGate`; the engine closes; then a fresh
 //!   engine on the same store recovers every tree and answers every gate
-//!   concurrently, and the phase ends when every output has arrived. On
+//!   concurrently (each answer a task of its own from opening the tree's
+//!   handle to its output, as concurrent requests to a host are), and the
+//!   phase ends when every output has arrived. On
 //!   `memory` the second phase runs in the same process over the same
 //!   `MemoryStore`; on `sqlite` and `postgres` it runs in a separate process (this binary
 //!   again, with the hidden `--resume-phase2 STORE` flag) and is timed from

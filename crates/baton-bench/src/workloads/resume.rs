@@ -118,7 +118,7 @@ async fn answer_all(
     trees: usize,
     phase: Phase,
 ) -> Result<Sample> {
-    let engine = Engine::new(store.config(gate.erase()))?;
+    let engine = std::sync::Arc::new(Engine::new(store.config(gate.erase()))?);
     let report = engine.recover(RecoverOptions::default()).await?;
     if let Some((tree, Err(error))) = report.iter().find(|(_, result)| result.is_err()) {
         bail!("tree {tree} did not recover: {error}");
@@ -128,11 +128,14 @@ async fn answer_all(
     }
     let scope = Scope::new(SCOPE)?;
     let mut answering = tokio::task::JoinSet::new();
-    for (tree, _) in &report {
-        let handle = engine.process::<Answer>(&scope, *tree).await?;
+    for (tree, _) in report {
+        // Each answer is a host's request of its own: the handle is opened
+        // (a sleeping tree is loaded again) inside it, not one at a time.
+        let (engine, scope) = (engine.clone(), scope.clone());
         // The gate's first step declares its wait as effect 0.
-        let wait = WaitId::for_effect(EffectId::new(*tree, 0, 0));
+        let wait = WaitId::for_effect(EffectId::new(tree, 0, 0));
         answering.spawn(async move {
+            let handle = engine.process::<Answer>(&scope, tree).await?;
             handle
                 .signal(SignalRequest {
                     id: SignalId::new("answer")?,
@@ -150,7 +153,11 @@ async fn answer_all(
         }
     }
     let measured = phase.end(store).await?;
-    engine.close().await;
+    // Every answering task has ended, so this is the engine's last holder.
+    match std::sync::Arc::try_unwrap(engine) {
+        Ok(engine) => engine.close().await,
+        Err(_) => bail!("an answering task still holds the engine"),
+    }
     Ok(Sample {
         total_seconds: Some(measured.seconds),
         ..measured.per(trees as u64, 1e3)
