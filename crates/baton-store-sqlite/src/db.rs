@@ -7,7 +7,7 @@ use std::sync::Arc;
 use baton_run::log::{Record, RecordKind, Snapshot};
 use baton_run::store::{
     AcquireRequest, Acquired, Append, AppendOutcome, CreateTree, Created, Lease, ListCursor,
-    ListFilter, Listing, StoreError, TreeLoad, TreeStatus, UnreadableRow,
+    ListFilter, Listing, StoreError, TreeLoad, TreeMeta, TreeStatus, UnreadableRow,
 };
 use baton_run::store::{LastCut, Piece, split_after};
 use baton_run::store::{StoredMeta, stored_digest as digest, stored_uint as uint};
@@ -102,6 +102,28 @@ pub(crate) fn tree_row(conn: &Connection, tree: TreeId) -> Result<Option<TreeRow
         head_seq: uint(head_seq)?,
         head_hash: digest(&head_hash)?,
     }))
+}
+
+/// `program_name`, `program_digest`, `created` and `labels`, as bound.
+type Listed<'a> = (
+    Option<&'a str>,
+    Option<Vec<u8>>,
+    Option<i64>,
+    Option<String>,
+);
+
+/// The listing columns a tree's metadata fills besides its scope, status
+/// and time: program name and digest, start time and labels (`NULL` when
+/// absent, labels also when empty).
+fn listed(meta: &TreeMeta) -> Listed<'_> {
+    (
+        meta.program.as_ref().map(|program| program.name.as_str()),
+        meta.program
+            .as_ref()
+            .map(|program| program.digest.as_bytes().to_vec()),
+        meta.created.map(|created| int(created.0)),
+        (!meta.labels.is_empty()).then(|| meta.labels.to_json()),
+    )
 }
 
 /// How a body is stored: inline bytes, or a manifest of chunk ids.
@@ -564,7 +586,7 @@ pub(crate) fn create_tree(
     };
     let last = create.records.last().ok_or_else(|| corrupt("no record"))?;
     let meta = &create.meta;
-    let labels = (!meta.labels.is_empty()).then(|| meta.labels.to_json());
+    let (program_name, program_digest, created, labels) = listed(meta);
     let values = params![
         create.tree.to_string(),
         meta.scope.as_str(),
@@ -576,11 +598,9 @@ pub(crate) fn create_tree(
         token,
         int(last.seq),
         &last.hash.as_bytes()[..],
-        meta.program.as_ref().map(|program| program.name.as_str()),
-        meta.program
-            .as_ref()
-            .map(|program| program.digest.as_bytes().to_vec()),
-        meta.created.map(|created| int(created.0)),
+        program_name,
+        program_digest,
+        created,
         labels,
     ];
     let key = match &row {
@@ -655,7 +675,7 @@ pub(crate) fn append(
         _ => (row.head_seq, row.head_hash),
     };
     let meta = &append.meta;
-    let labels = (!meta.labels.is_empty()).then(|| meta.labels.to_json());
+    let (program_name, program_digest, created, labels) = listed(meta);
     conn.prepare_cached(
         "UPDATE trees SET scope = ?1, status = ?2, updated = ?3, head_seq = ?4, head_hash = ?5,
              program_name = ?6, program_digest = ?7, created = ?8, labels = ?9
@@ -668,11 +688,9 @@ pub(crate) fn append(
         int(meta.updated.0),
         int(head_seq),
         &head_hash.as_bytes()[..],
-        meta.program.as_ref().map(|program| program.name.as_str()),
-        meta.program
-            .as_ref()
-            .map(|program| program.digest.as_bytes().to_vec()),
-        meta.created.map(|created| int(created.0)),
+        program_name,
+        program_digest,
+        created,
         labels,
         row.key
     ])

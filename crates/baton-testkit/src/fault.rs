@@ -99,6 +99,32 @@ impl FaultStore {
         *fault = None;
         Some(cut)
     }
+
+    /// Runs `commit` as `cut` says: as it is (`None`), not at all and
+    /// crashed before it, or through to its end and crashed after it (the
+    /// caller never hears that it committed).
+    fn cut_commit<'a, T: Send + 'a>(
+        &'a self,
+        cut: Option<Cut>,
+        commit: impl FnOnce() -> BoxFuture<'a, Result<T, StoreError>> + Send + 'a,
+    ) -> BoxFuture<'a, Result<T, StoreError>> {
+        match cut {
+            None => commit(),
+            Some(Cut::Before) => {
+                self.crashed.store(true, Ordering::SeqCst);
+                Box::pin(std::future::ready(Err(StoreError::unavailable(
+                    "fault store: crashed before the commit",
+                ))))
+            }
+            Some(Cut::After) => Box::pin(async move {
+                let _ = commit().await?;
+                self.crashed.store(true, Ordering::SeqCst);
+                Err(StoreError::unavailable(
+                    "fault store: crashed after the commit",
+                ))
+            }),
+        }
+    }
 }
 
 fn failed<T: Send + 'static>(error: StoreError) -> BoxFuture<'static, Result<T, StoreError>> {
@@ -117,22 +143,8 @@ impl Store for FaultStore {
         if let Some(error) = self.dead() {
             return failed(error);
         }
-        match self.trips(create.records.iter()) {
-            None => self.inner.create_tree(create),
-            Some(Cut::Before) => {
-                self.crashed.store(true, Ordering::SeqCst);
-                failed(StoreError::unavailable(
-                    "fault store: crashed before the commit",
-                ))
-            }
-            Some(Cut::After) => Box::pin(async move {
-                let _ = self.inner.create_tree(create).await?;
-                self.crashed.store(true, Ordering::SeqCst);
-                Err(StoreError::unavailable(
-                    "fault store: crashed after the commit",
-                ))
-            }),
-        }
+        let cut = self.trips(create.records.iter());
+        self.cut_commit(cut, move || self.inner.create_tree(create))
     }
 
     fn load(&self, tree: TreeId) -> BoxFuture<'_, Result<TreeLoad, StoreError>> {
@@ -153,22 +165,8 @@ impl Store for FaultStore {
         if let Some(error) = self.dead() {
             return failed(error);
         }
-        match self.trips(batch.iter().flat_map(|append| &append.records)) {
-            None => self.inner.append(batch),
-            Some(Cut::Before) => {
-                self.crashed.store(true, Ordering::SeqCst);
-                failed(StoreError::unavailable(
-                    "fault store: crashed before the commit",
-                ))
-            }
-            Some(Cut::After) => Box::pin(async move {
-                let _ = self.inner.append(batch).await?;
-                self.crashed.store(true, Ordering::SeqCst);
-                Err(StoreError::unavailable(
-                    "fault store: crashed after the commit",
-                ))
-            }),
-        }
+        let cut = self.trips(batch.iter().flat_map(|append| &append.records));
+        self.cut_commit(cut, move || self.inner.append(batch))
     }
 
     fn write_snapshot(

@@ -292,15 +292,20 @@ async fn created(store: &dyn Store, request: CreateTree, case: &str) -> Created 
         .unwrap_or_else(|error| panic!("{case}: create_tree failed: {error}"))
 }
 
+/// A create the store must commit: its lease.
+async fn committed(store: &dyn Store, request: CreateTree, case: &str) -> Lease {
+    match created(store, request, case).await {
+        Created::Committed(lease) => lease,
+        other => panic!("{case}: expected a commit, got {other:?}"),
+    }
+}
+
 async fn create_tree(store: Arc<dyn Store>) {
     let case = "create a tree, releasing";
     let done = tree("create-done");
     let records = chain(done, (0, Digest::ZERO), 3, "first round");
     let mut changes = store.changes().await.expect("subscribes");
-    let lease = match created(&*store, create(done, "a", 10, records.clone(), false), case).await {
-        Created::Committed(lease) => lease,
-        other => panic!("{case}: expected a commit, got {other:?}"),
-    };
+    let lease = committed(&*store, create(done, "a", 10, records.clone(), false), case).await;
     assert_eq!(lease.owner, "a", "{case}: the grant names its owner");
     let loaded = load(&*store, done, case).await;
     same_records(&loaded.records, &records, case);
@@ -332,10 +337,7 @@ async fn create_tree(store: Arc<dyn Store>) {
     let case = "create a tree, holding";
     let held = tree("create-held");
     let records = chain(held, (0, Digest::ZERO), 2, "first round");
-    let lease = match created(&*store, create(held, "a", 10, records.clone(), true), case).await {
-        Created::Committed(lease) => lease,
-        other => panic!("{case}: expected a commit, got {other:?}"),
-    };
+    let lease = committed(&*store, create(held, "a", 10, records.clone(), true), case).await;
     assert_eq!(
         lease.until,
         Timestamp(1_010),
@@ -389,16 +391,13 @@ async fn create_tree(store: Arc<dyn Store>) {
         "{case}: nothing written"
     );
     // Once that lease ran out, the create takes the tree and fences it.
-    let lease = match created(
+    // (expected to commit once that lease ran out)
+    let lease = committed(
         &*store,
         create(racing, "a", 1_200, records.clone(), false),
         case,
     )
-    .await
-    {
-        Created::Committed(lease) => lease,
-        other => panic!("{case}: expected a commit after the lease ran out, got {other:?}"),
-    };
+    .await;
     assert!(lease.token > other.token, "{case}: a newer token");
     let stale = append(
         racing,
