@@ -7,9 +7,10 @@
 //! It is only a cache of what this connection committed: a group that does
 //! not commit forgets everything, a compaction or a prune forgets its
 //! trees, and a commit by any other connection to the file (another
-//! process) forgets everything before the next group (`PRAGMA
-//! data_version`), so a remembered chunk id always names a stored chunk of
-//! its tree.
+//! process) forgets everything before the cuts are next used (`PRAGMA
+//! data_version`, read once by the first group that stores a long body
+//! after it), so a remembered chunk id always names a stored chunk of its
+//! tree.
 
 use std::collections::BTreeMap;
 
@@ -30,15 +31,29 @@ pub(crate) struct Cuts {
     bytes: usize,
     /// Bumped on each use, so the least recently written tree goes first.
     stamp: u64,
-    /// `PRAGMA data_version` when this connection last began a group.
+    /// `PRAGMA data_version` when a group of this connection last used the
+    /// cuts.
     version: Option<i64>,
+    /// Whether the current group has checked `version` already.
+    checked: bool,
 }
 
 impl Cuts {
-    /// At the start of a group, under its write lock: forgets everything if
-    /// another connection committed since the last group began (or if that
-    /// cannot be told).
-    pub(crate) fn begin(&mut self, conn: &Connection) {
+    /// At the start of a group: its first long body checks the version
+    /// again ([`Cuts::check`]); a group without one reads nothing.
+    pub(crate) fn begin(&mut self) {
+        self.checked = false;
+    }
+
+    /// Before the cuts are used in a group, once, under its write lock:
+    /// forgets everything if another connection committed since a group
+    /// last used them (or if that cannot be told). The connection's own
+    /// commits leave `data_version` as it is.
+    pub(crate) fn check(&mut self, conn: &Connection) {
+        if self.checked {
+            return;
+        }
+        self.checked = true;
         let version = conn
             .query_row("PRAGMA data_version", [], |row| row.get::<_, i64>(0))
             .ok();
@@ -136,13 +151,18 @@ mod tests {
         ours.execute_batch("CREATE TABLE IF NOT EXISTS t (x)")
             .unwrap();
         let mut cuts = Cuts::default();
-        cuts.begin(&ours);
+        cuts.begin();
+        cuts.check(&ours);
         cuts.keep(1, cut(10_000));
         ours.execute("INSERT INTO t VALUES (1)", []).unwrap();
-        cuts.begin(&ours);
+        cuts.begin();
+        cuts.check(&ours);
         assert!(cuts.get(1).is_some(), "our own commits keep the cuts");
+        // A group with no long body checks nothing in between.
+        cuts.begin();
         theirs.execute("INSERT INTO t VALUES (2)", []).unwrap();
-        cuts.begin(&ours);
+        cuts.begin();
+        cuts.check(&ours);
         assert!(
             cuts.get(1).is_none(),
             "another connection's commit forgets them"

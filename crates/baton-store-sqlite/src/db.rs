@@ -153,6 +153,8 @@ fn encode(
     let mut insert = conn
         .prepare_cached("INSERT INTO chunks (tree, digest, bytes) VALUES (?1, ?2, ?3)")
         .map_err(storage)?;
+    // Inside the group's transaction: no other connection commits until ours.
+    written.cuts.check(conn);
     let pieces = split_after(bytes, written.cuts.get(key));
     let mut manifest = Vec::with_capacity(pieces.len() * 3);
     let mut lens = Vec::with_capacity(pieces.len());

@@ -682,8 +682,7 @@ fn apply(conn: &mut Connection, group: Vec<Write>, writer: &Writer, cuts: &mut c
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(db::storage)?;
-        // Read under the write lock: no other connection commits until ours.
-        cuts.begin(&tx);
+        cuts.begin();
         let mut writing = cuts::Writing {
             bytes: 0,
             cuts: &mut *cuts,
