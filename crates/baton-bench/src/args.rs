@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 
+use baton::store::sqlite::PageSize;
+
 use crate::store::StoreKind;
 use crate::workloads::state::STATE_STAGES;
 use crate::workloads::team::{TEAM_BATCH, TEAM_ROUNDS};
@@ -14,7 +16,7 @@ use crate::workloads::{SMALL_RUNS, Workload};
 pub const USAGE: &str = "\
 usage: baton-bench [WORKLOAD...] [--store memory|sqlite|postgres[=URL]] [--json] [--runs N]
                    [--clients [N]] [--roots N] [--steps N] [--dispatches N] [--children N]
-                   [--resume N] [--idle N]
+                   [--resume N] [--idle N] [--page-size BYTES]
 
 workloads (all when none is named):
   chain3      wall time per root of a three-transform workflow (1000 roots per run);
@@ -49,6 +51,8 @@ options:
   --children N    child lifecycles per `children` run (default 2000)
   --resume N      parked roots per `resume1000` run (default 1000)
   --idle N        waiting roots per `idle` run (default 100000, as W6 asks)
+  --page-size B   sqlite: the page size of each new store and of the commit floor's
+                  database, 1024 to 65536 (default: a new store's, 4096)
 
 figures beside the headline (JSON fields):
   commit_floor_us  sqlite, postgres: median latency of a one-row durable transaction on a
@@ -92,6 +96,9 @@ pub struct Options {
     pub idle: usize,
     /// The PostgreSQL server of `--store postgres[=URL]`.
     pub postgres: String,
+    /// The page size of new SQLite stores and of the commit floor's
+    /// database.
+    pub page_size: PageSize,
     /// Hidden: run one workload on the one store named in this process and
     /// print its samples.
     pub worker: Option<Workload>,
@@ -119,6 +126,7 @@ impl Options {
             resume: 1_000,
             idle: 100_000,
             postgres: crate::store::POSTGRES_DEFAULT.to_owned(),
+            page_size: PageSize::default(),
             worker: None,
             warm_up: false,
             resume_phase2: None,
@@ -161,6 +169,18 @@ impl Options {
                     options.resume = usize::try_from(number(arg, value(arg, "a number")?)?)?;
                 }
                 "--idle" => options.idle = usize::try_from(number(arg, value(arg, "a number")?)?)?,
+                "--page-size" => {
+                    let given = value(arg, "a page size")?;
+                    options.page_size = given
+                        .parse::<u32>()
+                        .ok()
+                        .and_then(PageSize::from_bytes)
+                        .with_context(|| {
+                            format!(
+                                "`--page-size` needs a power of two from 1024 to 65536, got `{given}`\n\n{USAGE}"
+                            )
+                        })?;
+                }
                 "--store" => {
                     for name in value(arg, "a store")?.split(',') {
                         let (store, url) = StoreKind::parse(name.trim()).with_context(|| {
@@ -348,6 +368,22 @@ mod tests {
             ),
             ("us/run", 1000)
         );
+    }
+
+    #[test]
+    fn page_size_takes_the_sizes_sqlite_takes() {
+        assert_eq!(parse(&[]).unwrap().page_size, PageSize::Kib4);
+        let small = parse(&["chain3", "--page-size", "1024"]).unwrap();
+        assert_eq!(small.page_size, PageSize::Kib1);
+        for bad in ["512", "1000", "4k", "131072"] {
+            let error = parse(&["--page-size", bad]).unwrap_err().to_string();
+            assert!(
+                error.starts_with(&format!(
+                    "`--page-size` needs a power of two from 1024 to 65536, got `{bad}`"
+                )),
+                "{error}"
+            );
+        }
     }
 
     #[test]

@@ -65,8 +65,9 @@ impl Floors {
 /// median of [`COMMITS`] one-row transactions after [`COMMIT_WARM_UP`].
 /// - SQLite: a database file of its own in a fresh directory beside the
 ///   stores' (under `TMPDIR`, so on the same file system), in WAL mode with
-///   `synchronous = FULL` like `SqliteStore`; each commit is `BEGIN
-///   IMMEDIATE`, one `INSERT`, `COMMIT`.
+///   `synchronous = FULL` and the page size of the run's stores like
+///   `SqliteStore`; each commit is `BEGIN IMMEDIATE`, one `INSERT`,
+///   `COMMIT`.
 /// - PostgreSQL: a database of its own on the store's server (so with the
 ///   server's `fsync` and `synchronous_commit`); each commit is one
 ///   prepared `INSERT` in its own transaction, one round trip.
@@ -85,6 +86,10 @@ fn sqlite_commits() -> Result<Vec<Duration>> {
     let path = dir.file("floor.db");
     let failed = || format!("the commit floor on {}", path.display());
     let mut conn = Connection::open(&path).with_context(failed)?;
+    // The page size the run's stores get: a commit writes its changed
+    // pages whole, so the floor's page is the store's.
+    conn.pragma_update(None, "page_size", crate::store::sqlite_page_size().bytes())
+        .with_context(failed)?;
     let mode: String = conn
         .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
         .with_context(failed)?;

@@ -173,6 +173,7 @@ async fn main() -> ExitCode {
     let result = match Options::parse(&args) {
         Ok(options) => {
             crate::store::set_postgres_server(&options.postgres);
+            crate::store::set_sqlite_page_size(options.page_size);
             match (options.resume_phase2.clone(), options.worker) {
                 (Some(path), _) => {
                     hosted(async move { resume_phase2_main(&path, options.resume).await }).await

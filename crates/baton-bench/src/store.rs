@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use baton::run::store::{ListFilter, Store};
 use baton::run::{EngineConfig, MemoryStore, Program};
 use baton::store::postgres::{PostgresConfig, PostgresStore, admin};
-use baton::store::sqlite::SqliteStore;
+use baton::store::sqlite::{Creation, PageSize, SqliteConfig, SqliteStore};
 
 /// A store the workloads run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +34,19 @@ static POSTGRES_SERVER: OnceLock<String> = OnceLock::new();
 /// Sets the server `postgres` runs on (once, from the command line).
 pub fn set_postgres_server(url: &str) {
     let _ = POSTGRES_SERVER.set(url.to_owned());
+}
+
+static SQLITE_PAGE_SIZE: OnceLock<PageSize> = OnceLock::new();
+
+/// Sets the page size of new SQLite stores (once, from the command line).
+pub fn set_sqlite_page_size(size: PageSize) {
+    let _ = SQLITE_PAGE_SIZE.set(size);
+}
+
+/// The page size of new SQLite stores and of the commit floor's database:
+/// `--page-size`, or a new store's default.
+pub fn sqlite_page_size() -> PageSize {
+    SQLITE_PAGE_SIZE.get().copied().unwrap_or_default()
 }
 
 /// The server `postgres` runs on: a database there that the bench may
@@ -210,7 +223,14 @@ impl BenchStore {
             },
             StoreKind::Sqlite => {
                 let dir = TempDir::new()?;
-                let store = SqliteStore::create(dir.database())?;
+                let store = SqliteStore::open_with(
+                    dir.database(),
+                    SqliteConfig {
+                        creation: Creation::New,
+                        page_size: sqlite_page_size(),
+                        ..SqliteConfig::default()
+                    },
+                )?;
                 BenchStore {
                     kind,
                     backend: Backend::Sqlite(store),

@@ -64,6 +64,11 @@
 //!   deduplication saves without reading the file, and
 //!   [`SqliteStore::transactions`] counts the write transactions committed
 //!   (SQLite's commit hook), so tests can show what an operation costs.
+//! - **Page size.** A commit writes each page it changed whole, and a
+//!   short run changes one page in each of five B-trees, so smaller pages
+//!   write less per short run and larger ones read large states in fewer
+//!   pages ([`SqliteConfig::page_size`], 4 KiB by default); a store keeps
+//!   the size it was created with ([`SqliteStore::page_size`]).
 //! - **A new tree in one commit.** `Store::create_tree` grants the lease,
 //!   writes the tree's row once (metadata, head and lease together) and
 //!   inserts its records in the writer's group transaction, so a root that
@@ -94,6 +99,10 @@ use baton_run::store::{
 use baton_run::{BoxFuture, Timestamp, TreeId};
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 use tokio::sync::oneshot;
+
+/// The WAL bytes after which the writer checkpoints: SQLite's default of
+/// 1000 pages, at 4 KiB a page.
+const CHECKPOINT_BYTES: u32 = 1000 * 4096;
 
 /// The schema version this build reads and writes.
 pub const SCHEMA_VERSION: i64 = schema::CURRENT;
@@ -126,17 +135,89 @@ pub struct SqliteConfig {
     /// How long a statement waits for a lock held by another process before
     /// it fails.
     pub busy_timeout: Duration,
+    /// The database page size of a store this open creates. An existing
+    /// store keeps the size it was created with (SQLite cannot change the
+    /// page size of a database in WAL mode), whatever this says.
+    pub page_size: PageSize,
 }
 
 impl Default for SqliteConfig {
     /// An existing store only, compaction on, up to 4096 operations per
-    /// group commit, 5 s busy timeout.
+    /// group commit, 5 s busy timeout, 4 KiB pages for a new store.
     fn default() -> SqliteConfig {
         SqliteConfig {
             creation: Creation::Existing,
             compact: true,
             max_batch: 4096,
             busy_timeout: Duration::from_secs(5),
+            page_size: PageSize::default(),
+        }
+    }
+}
+
+/// The page size of a new store's database file: the unit SQLite writes.
+///
+/// Every commit writes each page it changed whole to the write-ahead log,
+/// and a short run changes one page in each of five B-trees (the tree's
+/// row, its id and scope index entries, its records and their key), so the
+/// page size, more than what a run records, sets its bytes on disk: a
+/// `chain3` run of the benchmark writes about 11 KB with 1 KiB pages
+/// against 27 KB with 4 KiB. Smaller pages make more pages per commit,
+/// though, and cost latency: one root after another took 5-10% longer,
+/// and with 64 concurrent hosts the 99th percentile of a run was 1.6 times
+/// as long for the same median. The default is SQLite's own 4 KiB; choose
+/// 1 KiB where bytes written cost more than latency (a disk billed or
+/// throttled by throughput, flash wear). `docs/performance.md` has the
+/// measured figures; the WAL is checkpointed after the same bytes (4 MB)
+/// whatever the page size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum PageSize {
+    /// 1 KiB: the least written per short commit.
+    Kib1,
+    /// 2 KiB.
+    Kib2,
+    /// 4 KiB: the default, and SQLite's own.
+    #[default]
+    Kib4,
+    /// 8 KiB.
+    Kib8,
+    /// 16 KiB.
+    Kib16,
+    /// 32 KiB.
+    Kib32,
+    /// 64 KiB: SQLite's largest.
+    Kib64,
+}
+
+impl PageSize {
+    /// Every size, smallest first.
+    pub const ALL: [PageSize; 7] = [
+        PageSize::Kib1,
+        PageSize::Kib2,
+        PageSize::Kib4,
+        PageSize::Kib8,
+        PageSize::Kib16,
+        PageSize::Kib32,
+        PageSize::Kib64,
+    ];
+
+    /// The size of `bytes` bytes, if it is one (a power of two from 1024
+    /// to 65536).
+    pub fn from_bytes(bytes: u32) -> Option<PageSize> {
+        PageSize::ALL.into_iter().find(|size| size.bytes() == bytes)
+    }
+
+    /// The size in bytes.
+    pub fn bytes(self) -> u32 {
+        match self {
+            PageSize::Kib1 => 1 << 10,
+            PageSize::Kib2 => 2 << 10,
+            PageSize::Kib4 => 4 << 10,
+            PageSize::Kib8 => 8 << 10,
+            PageSize::Kib16 => 16 << 10,
+            PageSize::Kib32 => 32 << 10,
+            PageSize::Kib64 => 64 << 10,
         }
     }
 }
@@ -278,6 +359,8 @@ enum Read {
 
 struct Inner {
     path: PathBuf,
+    /// The file's page size in bytes; see [`SqliteStore::page_size`].
+    page_size: u32,
     /// Payload bytes committed so far; see [`SqliteStore::bytes_written`].
     written: Arc<AtomicU64>,
     /// Write transactions committed; see [`SqliteStore::transactions`].
@@ -406,6 +489,20 @@ impl SqliteStore {
                 schema::migrate(&mut writer, found).map_err(sqlite)?;
             }
         }
+        let page_size: u32 = writer
+            .query_row("PRAGMA page_size", [], |row| row.get(0))
+            .map_err(sqlite)?;
+        // SQLite checkpoints after a number of WAL pages (1000 by default);
+        // counted in bytes instead (SQLite's default at 4 KiB pages), so a
+        // store of small pages does not checkpoint, and fsync its file,
+        // more often.
+        writer
+            .pragma_update(
+                None,
+                "wal_autocheckpoint",
+                CHECKPOINT_BYTES / page_size.max(512),
+            )
+            .map_err(sqlite)?;
         // Counted from here on: the migrations above are the opening's own.
         let transactions = Arc::new(AtomicU64::new(0));
         let commits = Arc::clone(&transactions);
@@ -451,9 +548,11 @@ impl SqliteStore {
             "baton-sqlite-reader",
             Box::new(move || read_loop(&mut reader, &read_queue)),
         )?;
+
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 path,
+                page_size,
                 written,
                 transactions,
                 notices,
@@ -467,6 +566,12 @@ impl SqliteStore {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// The page size of the database file in bytes: the one it was created
+    /// with ([`SqliteConfig::page_size`] of the open that created it).
+    pub fn page_size(&self) -> u32 {
+        self.inner.page_size
     }
 
     /// Payload bytes this store has committed since it was opened (shared by
@@ -576,6 +681,9 @@ fn create(path: &Path, config: &SqliteConfig) -> Result<(), OpenError> {
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let mut conn = Connection::open_with_flags(&temporary, flags).map_err(sqlite)?;
         conn.busy_timeout(config.busy_timeout).map_err(sqlite)?;
+        // Only an empty database takes a page size; set before any table.
+        conn.execute_batch(&format!("PRAGMA page_size = {}", config.page_size.bytes()))
+            .map_err(sqlite)?;
         schema::migrate(&mut conn, 0).map_err(sqlite)?;
         let mode = schema::enable_wal(&conn).map_err(sqlite)?;
         if !mode.is_some_and(|mode| mode.eq_ignore_ascii_case("wal")) {

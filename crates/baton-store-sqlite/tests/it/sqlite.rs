@@ -12,7 +12,9 @@ use baton_run::store::{
     AcquireRequest, Acquired, Append, AppendOutcome, ListFilter, Store, TreeMeta, TreeStatus,
 };
 use baton_run::{Digest, EffectId, Payload, ProcessId, Scope, StartId, Timestamp, TreeId};
-use baton_store_sqlite::{Creation, OpenError, SCHEMA_VERSION, SqliteConfig, SqliteStore};
+use baton_store_sqlite::{
+    Creation, OpenError, PageSize, SCHEMA_VERSION, SqliteConfig, SqliteStore,
+};
 
 fn tree(key: &str) -> TreeId {
     ProcessId::root(&StartId::new("acme", key).expect("valid"))
@@ -211,6 +213,69 @@ async fn commits_survive_a_reopen_and_tokens_keep_increasing() {
     assert_eq!(load.records, records);
     assert_eq!(load.meta, Some(meta(t, TreeStatus::Waiting, 5)));
     assert!(lease(&store, t).await > token, "tokens never repeat");
+}
+
+/// The page size SQLite reports for the file at `path`, read apart from
+/// the store.
+fn file_page_size(path: &Path) -> u32 {
+    let conn = rusqlite::Connection::open(path).expect("opens the file");
+    conn.query_row("PRAGMA page_size", [], |row| row.get(0))
+        .expect("reads the page size")
+}
+
+#[test]
+fn page_sizes_are_the_powers_of_two_sqlite_takes() {
+    for size in PageSize::ALL {
+        assert_eq!(PageSize::from_bytes(size.bytes()), Some(size));
+    }
+    let bytes: Vec<u32> = PageSize::ALL.iter().map(|size| size.bytes()).collect();
+    assert_eq!(bytes, [1024, 2048, 4096, 8192, 16384, 32768, 65536]);
+    for wrong in [0, 512, 1000, 3072, 131_072] {
+        assert_eq!(PageSize::from_bytes(wrong), None, "{wrong}");
+    }
+    assert_eq!(SqliteConfig::default().page_size, PageSize::Kib4);
+}
+
+#[tokio::test]
+async fn a_new_store_takes_the_configured_page_size_and_an_existing_one_keeps_its_own() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let t = tree("pages");
+    // A body longer than a 1 KiB page and than the inline limit, so it
+    // spills to overflow pages and pieces whatever the page size.
+    let state = noise(20_000, 7);
+    let records = vec![step(t, 1, Digest::ZERO, &state)];
+    let mut stores = Vec::new();
+    for (name, size, bytes) in [
+        ("default.db", None, 4096),
+        ("small.db", Some(PageSize::Kib1), 1024),
+    ] {
+        let path = dir.path().join(name);
+        let config = SqliteConfig {
+            creation: Creation::New,
+            page_size: size.unwrap_or_default(),
+            ..SqliteConfig::default()
+        };
+        let store = SqliteStore::open_with(&path, config).expect("creates");
+        assert_eq!(store.page_size(), bytes, "{name}");
+        let token = lease(&store, t).await;
+        append_one(&store, t, token, records[0].clone()).await;
+        drop(store);
+        assert_eq!(file_page_size(&path), bytes, "{name}");
+        stores.push((path, bytes));
+    }
+    // Opened again asking for another size, each keeps the size it was
+    // made with and reads back what it holds.
+    for (path, bytes) in stores {
+        let config = SqliteConfig {
+            page_size: PageSize::Kib8,
+            ..SqliteConfig::default()
+        };
+        let store = SqliteStore::open_with(&path, config).expect("reopens");
+        assert_eq!(store.page_size(), bytes);
+        assert_eq!(store.load(t).await.expect("loads").records, records);
+        drop(store);
+        assert_eq!(file_page_size(&path), bytes);
+    }
 }
 
 #[tokio::test]
