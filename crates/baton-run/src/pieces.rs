@@ -175,6 +175,96 @@ impl<Id: Copy> LastCut<Id> {
     }
 }
 
+/// The last cuts a store's writer keeps, by tree: a bounded memory of
+/// [`LastCut`]s, the least recently kept going first, each under a tag the
+/// store chooses (a lease's fencing token, say) that a lookup must name
+/// again to find it.
+///
+/// It is only ever a cache of what the store committed: a store keeps a
+/// cut once the transaction that stored its pieces has committed, and
+/// forgets a tree whenever its pieces may be deleted.
+#[derive(Debug)]
+pub struct LastCuts<Key, Id> {
+    trees: std::collections::BTreeMap<Key, Kept<Id>>,
+    /// Bytes of the bodies kept (shared with the records that hold them).
+    bytes: usize,
+    /// Bumped on each keep, so the least recently kept tree goes first.
+    stamp: u64,
+    max_bytes: usize,
+    max_trees: usize,
+}
+
+#[derive(Debug)]
+struct Kept<Id> {
+    stamp: u64,
+    tag: u64,
+    cut: LastCut<Id>,
+}
+
+impl<Key: Ord + Copy, Id: Copy> LastCuts<Key, Id> {
+    /// An empty memory of at most `max_trees` cuts and `max_bytes` bytes of
+    /// bodies; a single body over a quarter of `max_bytes` is not kept.
+    pub fn new(max_trees: usize, max_bytes: usize) -> LastCuts<Key, Id> {
+        LastCuts {
+            trees: std::collections::BTreeMap::new(),
+            bytes: 0,
+            stamp: 0,
+            max_bytes,
+            max_trees,
+        }
+    }
+
+    /// The last cut of tree `key`, if it was kept under `tag`.
+    pub fn get(&self, key: Key, tag: u64) -> Option<&LastCut<Id>> {
+        self.trees
+            .get(&key)
+            .filter(|kept| kept.tag == tag)
+            .map(|kept| &kept.cut)
+    }
+
+    /// Keeps `cut` as tree `key`'s last, under `tag`, evicting the least
+    /// recently kept trees beyond the bounds.
+    pub fn keep(&mut self, key: Key, tag: u64, cut: LastCut<Id>) {
+        self.forget(key);
+        if cut.len() > self.max_bytes / 4 {
+            return;
+        }
+        self.stamp += 1;
+        self.bytes += cut.len();
+        let stamp = self.stamp;
+        self.trees.insert(key, Kept { stamp, tag, cut });
+        while self.bytes > self.max_bytes || self.trees.len() > self.max_trees {
+            let oldest = self
+                .trees
+                .iter()
+                .min_by_key(|(_, kept)| kept.stamp)
+                .map(|(key, _)| *key);
+            match oldest {
+                Some(oldest) => self.forget(oldest),
+                None => break,
+            }
+        }
+    }
+
+    /// Forgets tree `key` (its pieces may be deleted).
+    pub fn forget(&mut self, key: Key) {
+        if let Some(kept) = self.trees.remove(&key) {
+            self.bytes -= kept.cut.len();
+        }
+    }
+
+    /// Forgets every tree.
+    pub fn clear(&mut self) {
+        self.trees.clear();
+        self.bytes = 0;
+    }
+
+    /// Bytes of the bodies kept.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
 /// Cuts `bytes` exactly as [`split_pieces`] does, naming the pieces `last`
 /// (the tree's previous cut, if the store kept it) already holds: those are
 /// found by their first bytes and compared, not scanned for a cut point and
@@ -334,5 +424,37 @@ mod tests {
         assert!(fresh <= 6, "{fresh} of {} pieces cut afresh", pieces.len());
         assert_eq!(split_after::<usize>(&next, None).len(), pieces.len());
         assert!(LastCut::new(std::sync::Arc::from(&data[..]), [(1usize, 0usize)]).is_none());
+    }
+
+    fn one_piece(len: usize) -> LastCut<i64> {
+        LastCut::new(std::sync::Arc::from(vec![7u8; len]), [(len, 1i64)]).expect("one piece")
+    }
+
+    #[test]
+    fn last_cuts_evict_the_least_recently_kept_and_answer_only_their_tag() {
+        let max = 1 << 20;
+        let mut cuts = LastCuts::new(4, max);
+        let size = max / 5;
+        for key in 0..6 {
+            cuts.keep(key, 7, one_piece(size));
+        }
+        assert!(cuts.get(0, 7).is_none(), "the oldest is evicted by bytes");
+        assert!(cuts.get(5, 7).is_some());
+        assert!(cuts.bytes() <= max);
+        assert!(cuts.get(5, 8).is_none(), "another tag finds nothing");
+        cuts.keep(9, 7, one_piece(max));
+        assert!(cuts.get(9, 7).is_none(), "a body too large is not kept");
+        for key in 10..15 {
+            cuts.keep(key, 7, one_piece(10));
+        }
+        assert!(cuts.get(10, 7).is_none(), "the oldest is evicted by count");
+        assert!(cuts.get(14, 7).is_some());
+        cuts.keep(14, 8, one_piece(10));
+        assert!(cuts.get(14, 7).is_none(), "a new tag replaces the old");
+        assert!(cuts.get(14, 8).is_some());
+        cuts.forget(14);
+        assert!(cuts.get(14, 8).is_none());
+        cuts.clear();
+        assert_eq!(cuts.bytes(), 0);
     }
 }

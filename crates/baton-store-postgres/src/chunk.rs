@@ -42,6 +42,23 @@ pub(crate) fn state_digest(state: &[u8]) -> [u8; 32] {
 /// Cuts `bytes` into content-defined pieces: the kernel's shared rule.
 pub(crate) use baton_run::store::split_pieces as split;
 
+/// The writer's memory of each recently written tree's last cut, under the
+/// fencing token it was written with: the next body of the tree, appended
+/// under the same token, reuses the pieces the two share by comparison
+/// instead of cutting, digesting and sending them again
+/// (`baton_run::store::split_after`). Only the holder of a token can append
+/// to its tree, so nobody else can have changed the tree's pieces while
+/// the token is current; a snapshot (whose compaction deletes pieces) and a
+/// prune forget the trees they touch, whatever their outcome.
+pub(crate) type Cuts = baton_run::store::LastCuts<baton_run::TreeId, [u8; DIGEST_LEN]>;
+
+/// A memory of at most 1,024 trees' last cuts and 32 MiB of their bodies
+/// (shared with the records the engine wrote, so a tree costs nothing
+/// beyond its last body).
+pub(crate) fn cuts() -> Cuts {
+    Cuts::new(1024, 32 << 20)
+}
+
 /// The length of one entry of a manifest: a piece's digest.
 pub(crate) const DIGEST_LEN: usize = 32;
 

@@ -47,7 +47,12 @@
 //!   4 KiB is cut into content-defined pieces (about 2.5 KiB on average);
 //!   each piece is stored once per tree under its blake3 digest and the row
 //!   keeps a manifest of digests, so a step that edits a few bytes of a
-//!   large state writes the pieces around the edit and a manifest.
+//!   large state writes the pieces around the edit and a manifest. The
+//!   writer remembers each recently written tree's last cut under the
+//!   fencing token it was written with, so the next body appended under
+//!   the same token finds the pieces the two share by comparison and sends
+//!   only the others (nobody else can change a tree's pieces while its
+//!   token is current; a snapshot or a prune forgets the trees it touches).
 //! - **Snapshots and compaction.** [`PostgresConfig::compact`] (default on)
 //!   deletes the records a snapshot covers and the pieces nothing
 //!   references any more; the snapshot keeps the chain head it covers.

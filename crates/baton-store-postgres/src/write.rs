@@ -20,14 +20,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use baton_run::log::{Record, Snapshot};
 use baton_run::store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, CreateTree, Created, Lease, StoreError,
-    TreeStatus,
+    AcquireRequest, Acquired, Append, AppendOutcome, CreateTree, Created, LastCut, Lease, Piece,
+    StoreError, TreeStatus, split_after,
 };
 use baton_run::{Digest, Timestamp, TreeId};
 use deadpool_postgres::{GenericClient, Pool};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::chunk::{self, DIGEST_LEN};
+use crate::chunk::{self, Cuts, DIGEST_LEN};
 use crate::config::LeaseClock;
 use crate::error::{self, connection_lost, must_retry, storage};
 use crate::rows::{column, corrupt, digest, execute, int, query, query_opt, uint};
@@ -113,6 +113,7 @@ pub(crate) async fn write_loop(
     mut queue: mpsc::UnboundedReceiver<Write>,
     settings: Settings,
 ) {
+    let mut cuts = chunk::cuts();
     while let Some(first) = queue.recv().await {
         let mut group = vec![first];
         while group.len() < settings.max_batch {
@@ -121,32 +122,54 @@ pub(crate) async fn write_loop(
                 Err(_) => break,
             }
         }
+        // A snapshot's compaction deletes pieces, and a prune whole trees:
+        // their trees' cuts are forgotten before they run, whether or not
+        // their transactions are then known to commit.
+        for write in &group {
+            match write {
+                Write::Snapshot(tree, ..) => cuts.forget(*tree),
+                Write::Prune(..) => cuts.clear(),
+                _ => {}
+            }
+        }
         // A prune deletes whole trees: it runs in a transaction of its own,
         // in its place in the queue.
         let mut batch = Vec::new();
         for write in group {
             if matches!(write, Write::Prune(..)) {
-                apply(&pool, std::mem::take(&mut batch), &settings).await;
-                apply(&pool, vec![write], &settings).await;
+                apply(&pool, std::mem::take(&mut batch), &settings, &mut cuts).await;
+                apply(&pool, vec![write], &settings, &mut cuts).await;
             } else {
                 batch.push(write);
             }
         }
-        apply(&pool, batch, &settings).await;
+        apply(&pool, batch, &settings, &mut cuts).await;
+    }
+}
+
+/// The cuts a committed group leaves, to keep: by tree, the token its
+/// bodies were appended under and the last long body's cut.
+type Kept = BTreeMap<TreeId, (u64, LastCut<[u8; DIGEST_LEN]>)>;
+
+/// Keeps the cuts of a group that committed.
+fn keep(cuts: &mut Cuts, kept: Kept) {
+    for (tree, (token, cut)) in kept {
+        cuts.keep(tree, token, cut);
     }
 }
 
 /// Applies a group, retrying it whole after a serialization failure and one
 /// write at a time after a failure of its own statements.
-async fn apply(pool: &Pool, group: Vec<Write>, settings: &Settings) {
+async fn apply(pool: &Pool, group: Vec<Write>, settings: &Settings, cuts: &mut Cuts) {
     if group.is_empty() {
         return;
     }
     let mut attempts = 0;
     let error = loop {
-        match run_group(pool, &group, settings).await {
-            Ok((written, bytes)) => {
+        match run_group(pool, &group, settings, cuts).await {
+            Ok((written, bytes, kept)) => {
                 settings.written.fetch_add(bytes, Ordering::AcqRel);
+                keep(cuts, kept);
                 for (write, done) in group.into_iter().zip(written) {
                     answer(write, Ok(done));
                 }
@@ -156,7 +179,7 @@ async fn apply(pool: &Pool, group: Vec<Write>, settings: &Settings) {
             Err(Failure::Statement(error)) if group.len() > 1 => {
                 tracing::warn!(%error, size = group.len(), "postgres group commit failed; retrying one by one");
                 for write in group {
-                    alone(pool, write, settings).await;
+                    alone(pool, write, settings, cuts).await;
                 }
                 return;
             }
@@ -172,14 +195,15 @@ async fn apply(pool: &Pool, group: Vec<Write>, settings: &Settings) {
 }
 
 /// Applies one write in a transaction of its own.
-async fn alone(pool: &Pool, write: Write, settings: &Settings) {
+async fn alone(pool: &Pool, write: Write, settings: &Settings, cuts: &mut Cuts) {
     let group = [write];
     let mut attempts = 0;
     let result = loop {
-        match run_group(pool, &group, settings).await {
+        match run_group(pool, &group, settings, cuts).await {
             Err(Failure::Retry(_)) if attempts < RETRIES => attempts += 1,
-            Ok((mut written, bytes)) => {
+            Ok((mut written, bytes, kept)) => {
                 settings.written.fetch_add(bytes, Ordering::AcqRel);
+                keep(cuts, kept);
                 break written.pop().ok_or_else(mismatch);
             }
             Err(Failure::Retry(error) | Failure::Lost(error) | Failure::Statement(error)) => {
@@ -191,13 +215,14 @@ async fn alone(pool: &Pool, write: Write, settings: &Settings) {
     answer(write, result);
 }
 
-/// Runs a group in one transaction; the results of its writes and the
-/// payload bytes it stored, once committed.
+/// Runs a group in one transaction; the results of its writes, the
+/// payload bytes it stored and the cuts it leaves, once committed.
 async fn run_group(
     pool: &Pool,
     group: &[Write],
     settings: &Settings,
-) -> Result<(Vec<Written>, u64), Failure> {
+    cuts: &Cuts,
+) -> Result<(Vec<Written>, u64, Kept), Failure> {
     let mut client = pool
         .get()
         .await
@@ -211,7 +236,7 @@ async fn run_group(
             Failure::from(error)
         }
     })?;
-    let mut state = Group::lock(&tx, group, settings).await?;
+    let mut state = Group::lock(&tx, group, settings, cuts).await?;
     let mut written = Vec::with_capacity(group.len());
     for write in group {
         written.push(state.execute(&tx, write).await?);
@@ -236,7 +261,7 @@ async fn run_group(
     }
     state.notify(&tx).await?;
     tx.commit().await?;
-    Ok((written, state.bytes))
+    Ok((written, state.bytes, state.kept))
 }
 
 /// A tree's row as the group sees it: read under its lock, changed in
@@ -369,6 +394,10 @@ struct Group<'a> {
     tokens: Vec<i64>,
     /// Records and pieces of the group's appends, inserted together.
     pending: Pending<'a>,
+    /// The trees' last cuts before the group, by the writer's memory.
+    cuts: &'a Cuts,
+    /// The last cuts of this group's long bodies, kept if it commits.
+    kept: Kept,
 }
 
 /// The database's `now()` in milliseconds since the epoch.
@@ -381,6 +410,7 @@ impl<'a> Group<'a> {
         tx: &impl GenericClient,
         group: &'a [Write],
         settings: &Settings,
+        cuts: &'a Cuts,
     ) -> Result<Group<'a>, Failure> {
         let mut touched = BTreeSet::new();
         let mut acquired = BTreeSet::new();
@@ -471,7 +501,30 @@ impl<'a> Group<'a> {
             bytes: 0,
             tokens,
             pending: Pending::default(),
+            cuts,
+            kept: Kept::new(),
         })
+    }
+
+    /// Keeps the records of an append or a creation of `tree` under `token`
+    /// to insert, cutting each long body after the tree's last cut under
+    /// that token. The cut is kept for the tree's next append only if the
+    /// lease goes on (`holds`).
+    fn records(&mut self, tree: TreeId, key: i64, token: u64, holds: bool, records: &'a [Record]) {
+        let last = match self.kept.get(&tree) {
+            Some((kept, cut)) if *kept == token => Some(cut),
+            Some(_) => None,
+            None => self.cuts.get(tree, token),
+        };
+        let cut = self.pending.records(key, records, last);
+        match cut {
+            Some(cut) if holds => {
+                self.kept.insert(tree, (token, cut));
+            }
+            _ => {
+                self.kept.remove(&tree);
+            }
+        }
     }
 
     /// The row of `tree`, if the tree exists.
@@ -572,7 +625,7 @@ impl<'a> Group<'a> {
         row.start = Some(StartColumns::of(meta));
         row.dirty = true;
         let key = row.key;
-        self.pending.records(key, &create.records);
+        self.records(create.tree, key, lease.token, create.hold, &create.records);
         self.notices
             .insert(notice(create.tree, Some(meta.scope.as_str())));
         Ok(Created::Committed(lease))
@@ -611,7 +664,8 @@ impl<'a> Group<'a> {
                 if expected > head || first.prev != head_hash {
                     return Ok(AppendOutcome::Conflict { head });
                 }
-                self.pending.records(key, &append.records);
+                let holds = !append.release;
+                self.records(append.tree, key, append.token, holds, &append.records);
                 Some((last.seq, last.hash))
             }
             _ => None,
@@ -657,6 +711,10 @@ impl<'a> Group<'a> {
             return Ok(AppendOutcome::Fenced);
         }
         let (key, head, head_hash) = (row.key, row.head_seq, row.head_hash);
+        // Its compaction may delete pieces a cut of this group names: the
+        // tree's next body is cut afresh (the writer has forgotten the
+        // tree's earlier cut already).
+        self.kept.remove(&tree);
         // It reads and deletes records: those of this group go in first.
         self.insert_pending(tx).await?;
         let previous = query_opt(
@@ -923,22 +981,40 @@ struct Pending<'a> {
 }
 
 impl<'a> Pending<'a> {
-    /// Keeps `records` (of tree `key`) to insert.
-    fn records(&mut self, key: i64, records: &'a [Record]) {
+    /// Keeps `records` (of tree `key`) to insert, each long body cut after
+    /// the one before it (the first after `last`, the tree's last cut when
+    /// the writer has it): the pieces a cut shares with the one before are
+    /// stored already and are neither digested nor sent again. Returns the
+    /// cut of the last long body, if any.
+    fn records(
+        &mut self,
+        key: i64,
+        records: &'a [Record],
+        last: Option<&LastCut<[u8; DIGEST_LEN]>>,
+    ) -> Option<LastCut<[u8; DIGEST_LEN]>> {
+        let mut cut: Option<LastCut<[u8; DIGEST_LEN]>> = None;
         for record in records {
             let (body, manifest) = if record.body.len() <= chunk::INLINE_MAX {
                 self.bytes += record.body.len() as u64;
                 (Some(&record.body[..]), None)
             } else {
-                let digests: Vec<[u8; DIGEST_LEN]> = chunk::split(&record.body)
+                let after = cut.as_ref().or(last);
+                let digests: Vec<(usize, [u8; DIGEST_LEN])> = split_after(&record.body, after)
                     .into_iter()
-                    .map(|piece| {
-                        let digest = chunk::digest(piece);
-                        self.pieces.insert((key, digest), piece);
-                        digest
+                    .map(|piece| match piece {
+                        Piece::Known(bytes, digest) => (bytes.len(), digest),
+                        Piece::Fresh(bytes) => {
+                            let digest = chunk::digest(bytes);
+                            self.pieces.insert((key, digest), bytes);
+                            (bytes.len(), digest)
+                        }
                     })
                     .collect();
-                let manifest = chunk::manifest(&digests);
+                let manifest: Vec<u8> = digests
+                    .iter()
+                    .flat_map(|(_, digest)| digest.iter().copied())
+                    .collect();
+                cut = LastCut::new(Arc::clone(&record.body), digests);
                 self.bytes += manifest.len() as u64;
                 (None, Some(manifest))
             };
@@ -950,6 +1026,7 @@ impl<'a> Pending<'a> {
             self.bodies.push(body);
             self.manifests.push(manifest);
         }
+        cut
     }
 
     /// Inserts the pieces the trees do not have yet, then the records; the

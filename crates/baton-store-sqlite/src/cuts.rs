@@ -12,9 +12,7 @@
 //! after it), so a remembered chunk id always names a stored chunk of its
 //! tree.
 
-use std::collections::BTreeMap;
-
-use baton_run::store::LastCut;
+use baton_run::store::{LastCut, LastCuts};
 use rusqlite::Connection;
 
 /// The bodies kept at most, in bytes (they are shared with the records the
@@ -24,18 +22,25 @@ const MAX_BYTES: usize = 32 << 20;
 /// The trees remembered at most.
 const MAX_TREES: usize = 1024;
 
-/// The last cut of each recently written tree, by tree key.
-#[derive(Default)]
+/// The last cut of each recently written tree, by tree key (every cut under
+/// the same tag: what tells them from others' is `data_version`).
 pub(crate) struct Cuts {
-    trees: BTreeMap<i64, (u64, LastCut<i64>)>,
-    bytes: usize,
-    /// Bumped on each use, so the least recently written tree goes first.
-    stamp: u64,
+    cuts: LastCuts<i64, i64>,
     /// `PRAGMA data_version` when a group of this connection last used the
     /// cuts.
     version: Option<i64>,
     /// Whether the current group has checked `version` already.
     checked: bool,
+}
+
+impl Default for Cuts {
+    fn default() -> Cuts {
+        Cuts {
+            cuts: LastCuts::new(MAX_TREES, MAX_BYTES),
+            version: None,
+            checked: false,
+        }
+    }
 }
 
 impl Cuts {
@@ -65,43 +70,23 @@ impl Cuts {
 
     /// The last cut of tree `key`, if remembered.
     pub(crate) fn get(&self, key: i64) -> Option<&LastCut<i64>> {
-        self.trees.get(&key).map(|(_, cut)| cut)
+        self.cuts.get(key, 0)
     }
 
     /// Remembers `cut` as tree `key`'s last, evicting the least recently
     /// written trees beyond the bounds.
     pub(crate) fn keep(&mut self, key: i64, cut: LastCut<i64>) {
-        self.forget(key);
-        if cut.len() > MAX_BYTES / 4 {
-            return;
-        }
-        self.stamp += 1;
-        self.bytes += cut.len();
-        self.trees.insert(key, (self.stamp, cut));
-        while self.bytes > MAX_BYTES || self.trees.len() > MAX_TREES {
-            let oldest = self
-                .trees
-                .iter()
-                .min_by_key(|(_, (stamp, _))| *stamp)
-                .map(|(key, _)| *key);
-            match oldest {
-                Some(oldest) => self.forget(oldest),
-                None => break,
-            }
-        }
+        self.cuts.keep(key, 0, cut);
     }
 
     /// Forgets tree `key` (its chunks may be deleted).
     pub(crate) fn forget(&mut self, key: i64) {
-        if let Some((_, cut)) = self.trees.remove(&key) {
-            self.bytes -= cut.len();
-        }
+        self.cuts.forget(key);
     }
 
     /// Forgets every tree (a group did not commit).
     pub(crate) fn clear(&mut self) {
-        self.trees.clear();
-        self.bytes = 0;
+        self.cuts.clear();
     }
 }
 
@@ -121,24 +106,6 @@ mod tests {
 
     fn cut(len: usize) -> LastCut<i64> {
         LastCut::new(Arc::from(vec![7u8; len]), [(len, 1i64)]).expect("one piece")
-    }
-
-    #[test]
-    fn the_least_recently_written_trees_go_first_beyond_the_bounds() {
-        let mut cuts = Cuts::default();
-        let size = MAX_BYTES / 5;
-        for key in 0..6 {
-            cuts.keep(key, cut(size));
-        }
-        assert!(cuts.get(0).is_none(), "the oldest is evicted");
-        assert!(cuts.get(5).is_some());
-        assert!(cuts.bytes <= MAX_BYTES);
-        cuts.keep(9, cut(MAX_BYTES));
-        assert!(cuts.get(9).is_none(), "a body too large is not kept");
-        cuts.forget(5);
-        assert!(cuts.get(5).is_none());
-        cuts.clear();
-        assert_eq!(cuts.bytes, 0);
     }
 
     #[test]

@@ -423,6 +423,139 @@ async fn a_large_state_that_changes_a_little_is_stored_once_by_digest_and_counte
     );
 }
 
+/// A 250 KB state of seeded noise with `edits` single bytes changed.
+fn edited(seed: u64, edits: &[usize]) -> String {
+    let mut state = noise(250_000, seed).into_bytes();
+    let len = state.len();
+    for &at in edits {
+        state[at % len] = b"0123456789abcdef"[at % 16];
+    }
+    String::from_utf8(state).expect("hex")
+}
+
+/// Commits a snapshot of `tree` at record `at` with a small state of its
+/// own, so compaction deletes every piece the records held.
+async fn compact_at(store: &PostgresStore, tree: TreeId, token: u64, at: &Record) {
+    let snapshot = Snapshot {
+        seq: at.seq,
+        head: at.hash,
+        state: Arc::from(&b"{\"small\":true}"[..]),
+    };
+    assert_eq!(
+        store.write_snapshot(tree, token, snapshot).await,
+        Ok(AppendOutcome::Committed)
+    );
+}
+
+/// The writer remembers a tree's last cut so the next large body sends
+/// only its new pieces; these are the cases where the pieces it remembers
+/// are gone, and the next body must be cut and sent afresh to read back.
+#[tokio::test]
+async fn a_remembered_cut_is_reused_only_under_its_token_and_never_after_a_compaction() {
+    let server = Server::new();
+    let ours = server.store();
+    let theirs = handle_on(&url(&ours));
+    let t = tree("cuts");
+    let token = lease(&ours, t).await;
+    let (mut seq, mut prev) = (0u64, Digest::ZERO);
+    let mut next = |state: &str| {
+        seq += 1;
+        let record = step(t, seq, prev, state);
+        prev = record.hash;
+        record
+    };
+    let first = next(&edited(5, &[]));
+    let size = first.body.len() as u64;
+    let second = next(&edited(5, &[1_000]));
+    assert_eq!(
+        ours.append(vec![append(t, token, vec![first, second.clone()])])
+            .await,
+        Ok(vec![AppendOutcome::Committed])
+    );
+
+    // Our own compaction deletes every piece: the next body, though it
+    // shares all but one piece with the last, is sent whole again.
+    compact_at(&ours, t, token, &second).await;
+    let third = next(&edited(5, &[1_000, 90_000]));
+    let before = ours.bytes_written();
+    assert_eq!(
+        ours.append(vec![append(t, token, vec![third.clone()])])
+            .await,
+        Ok(vec![AppendOutcome::Committed])
+    );
+    assert!(
+        ours.bytes_written() - before >= size,
+        "after a compaction every piece is stored again"
+    );
+    assert_eq!(ours.load(t).await.expect("loads").records, [third]);
+
+    // A step under the same token after it reuses the remembered pieces.
+    let fourth = next(&edited(5, &[1_000, 90_000, 180_000]));
+    let before = ours.bytes_written();
+    assert_eq!(
+        ours.append(vec![append(t, token, vec![fourth.clone()])])
+            .await,
+        Ok(vec![AppendOutcome::Committed])
+    );
+    assert!(ours.bytes_written() - before < size / 10);
+
+    // Another handle takes the tree over, goes on and compacts: the pieces
+    // our writer remembers are gone, and our token is no longer current.
+    let taken = lease(&theirs, t).await;
+    let fifth = next(&edited(6, &[]));
+    assert_eq!(
+        theirs
+            .append(vec![append(t, taken, vec![fifth.clone()])])
+            .await,
+        Ok(vec![AppendOutcome::Committed])
+    );
+    compact_at(&theirs, t, taken, &fifth).await;
+    let sixth = next(&edited(5, &[1_000, 90_000, 180_000, 200_000]));
+    assert_eq!(
+        ours.append(vec![append(t, token, vec![sixth.clone()])])
+            .await,
+        Ok(vec![AppendOutcome::Fenced])
+    );
+    // Under a new token the body that shares pieces with the remembered
+    // cut is cut and sent afresh, and reads back.
+    let again = lease(&ours, t).await;
+    let before = ours.bytes_written();
+    assert_eq!(
+        ours.append(vec![append(t, again, vec![sixth.clone()])])
+            .await,
+        Ok(vec![AppendOutcome::Committed])
+    );
+    assert!(ours.bytes_written() - before >= size);
+    let loaded = ours.load(t).await.expect("loads");
+    assert_eq!(loaded.records, std::slice::from_ref(&sixth));
+    assert_eq!(
+        baton_run::log::verify(fifth.seq, fifth.hash, &loaded.records),
+        Ok((sixth.seq, sixth.hash))
+    );
+
+    // A step, a compaction and the next step queued together (so they
+    // share a group commit): the last is cut afresh all the same.
+    let seventh = next(&edited(5, &[1_000, 90_000, 180_000, 200_000, 7]));
+    let eighth = next(&edited(5, &[1_000, 90_000, 180_000, 200_000, 7, 8]));
+    let queued = (
+        ours.append(vec![append(t, again, vec![seventh.clone()])]),
+        ours.write_snapshot(
+            t,
+            again,
+            Snapshot {
+                seq: seventh.seq,
+                head: seventh.hash,
+                state: Arc::from(&b"{\"small\":true}"[..]),
+            },
+        ),
+        ours.append(vec![append(t, again, vec![eighth.clone()])]),
+    );
+    assert_eq!(queued.0.await, Ok(vec![AppendOutcome::Committed]));
+    assert_eq!(queued.1.await, Ok(AppendOutcome::Committed));
+    assert_eq!(queued.2.await, Ok(vec![AppendOutcome::Committed]));
+    assert_eq!(ours.load(t).await.expect("loads").records, [eighth]);
+}
+
 #[test]
 fn the_public_handles_are_send_and_sync() {
     fn shared<T: Send + Sync + 'static>() {}
