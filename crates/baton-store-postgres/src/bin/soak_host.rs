@@ -13,7 +13,11 @@
 //!
 //! Each tree: the root dispatches one request and starts a worker child
 //! (which dispatches one request of its own), waits for the child, and
-//! completes with everything it saw. Dispatches have replay policy `Never`;
+//! completes with everything it saw. Every state carries 6 KB of seeded
+//! text with one byte more changed per step, so every step's record is
+//! stored as pieces and shares most of them with the step before: what the
+//! writer's memory of each tree's last cut reuses, across takeovers.
+//! Dispatches have replay policy `Never`;
 //! the dispatcher appends `<tree> <effect>` to the side file (opened for
 //! appending, so lines of several processes do not mix) and fsyncs it
 //! before it returns.
@@ -90,6 +94,31 @@ struct State {
     tree: u64,
     phase: u32,
     seen: Vec<Value>,
+    /// Seeded text that makes every state longer than the store's inline
+    /// limit, so each step's record is stored as pieces (and a step shares
+    /// all but one of them with the step before), whoever holds the tree.
+    ballast: String,
+}
+
+/// Bytes of [`State::ballast`]: over the stores' 4 KiB inline limit.
+const BALLAST: usize = 6_000;
+
+/// The ballast of tree `tree` at phase `phase`: the same seeded text, with
+/// one byte per phase changed.
+fn ballast(tree: u64, phase: u32) -> String {
+    let mut word = tree.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut text: Vec<u8> = (0..BALLAST)
+        .map(|_| {
+            word ^= word << 13;
+            word ^= word >> 7;
+            word ^= word << 17;
+            b"0123456789abcdef"[(word >> 60) as usize]
+        })
+        .collect();
+    for at in 0..phase as usize {
+        text[(at * 1_999 + 777) % BALLAST] = b'x';
+    }
+    String::from_utf8(text).expect("ascii")
 }
 
 struct Tree {
@@ -106,11 +135,13 @@ impl Definition for Tree {
     }
 
     fn start(&self, input: &Payload) -> Result<Box<dyn Execution>, StepError> {
+        let tree = input.decode()?;
         Ok(Box::new(Run(State {
             role: self.role,
-            tree: input.decode()?,
+            tree,
             phase: 0,
             seen: Vec::new(),
+            ballast: ballast(tree, 0),
         })))
     }
 
@@ -157,6 +188,18 @@ fn worker_key() -> Result<ChildKey, StepError> {
 
 impl Execution for Run {
     fn step(&mut self, window: &[Signal]) -> Result<Transition, StepError> {
+        let transition = self.advance(window)?;
+        self.0.ballast = ballast(self.0.tree, self.0.phase);
+        Ok(transition)
+    }
+
+    fn snapshot(&self) -> Result<ExecutionState, StepError> {
+        ExecutionState::encode(&self.0)
+    }
+}
+
+impl Run {
+    fn advance(&mut self, window: &[Signal]) -> Result<Transition, StepError> {
         let tree = self.0.tree;
         match (self.0.role, self.0.phase) {
             (Role::Worker, 0) => {
@@ -203,10 +246,6 @@ impl Execution for Run {
                 })
             }
         }
-    }
-
-    fn snapshot(&self) -> Result<ExecutionState, StepError> {
-        ExecutionState::encode(&self.0)
     }
 }
 
