@@ -177,15 +177,15 @@ impl<Id: Copy> LastCut<Id> {
 
 /// The last cuts a store's writer keeps, by tree: a bounded memory of
 /// [`LastCut`]s, the least recently kept going first, each under a tag the
-/// store chooses (a lease's fencing token, say) that a lookup must name
-/// again to find it.
+/// store chooses (a lease's fencing token and the tree's row, say) that a
+/// lookup must name again to find it.
 ///
 /// It is only ever a cache of what the store committed: a store keeps a
 /// cut once the transaction that stored its pieces has committed, and
 /// forgets a tree whenever its pieces may be deleted.
 #[derive(Debug)]
-pub struct LastCuts<Key, Id> {
-    trees: std::collections::BTreeMap<Key, Kept<Id>>,
+pub struct LastCuts<Key, Tag, Id> {
+    trees: std::collections::BTreeMap<Key, Kept<Tag, Id>>,
     /// Bytes of the bodies kept (shared with the records that hold them).
     bytes: usize,
     /// Bumped on each keep, so the least recently kept tree goes first.
@@ -195,16 +195,16 @@ pub struct LastCuts<Key, Id> {
 }
 
 #[derive(Debug)]
-struct Kept<Id> {
+struct Kept<Tag, Id> {
     stamp: u64,
-    tag: u64,
+    tag: Tag,
     cut: LastCut<Id>,
 }
 
-impl<Key: Ord + Copy, Id: Copy> LastCuts<Key, Id> {
+impl<Key: Ord + Copy, Tag: Eq + Copy, Id: Copy> LastCuts<Key, Tag, Id> {
     /// An empty memory of at most `max_trees` cuts and `max_bytes` bytes of
     /// bodies; a single body over a quarter of `max_bytes` is not kept.
-    pub fn new(max_trees: usize, max_bytes: usize) -> LastCuts<Key, Id> {
+    pub fn new(max_trees: usize, max_bytes: usize) -> LastCuts<Key, Tag, Id> {
         LastCuts {
             trees: std::collections::BTreeMap::new(),
             bytes: 0,
@@ -215,7 +215,7 @@ impl<Key: Ord + Copy, Id: Copy> LastCuts<Key, Id> {
     }
 
     /// The last cut of tree `key`, if it was kept under `tag`.
-    pub fn get(&self, key: Key, tag: u64) -> Option<&LastCut<Id>> {
+    pub fn get(&self, key: Key, tag: Tag) -> Option<&LastCut<Id>> {
         self.trees
             .get(&key)
             .filter(|kept| kept.tag == tag)
@@ -224,7 +224,7 @@ impl<Key: Ord + Copy, Id: Copy> LastCuts<Key, Id> {
 
     /// Keeps `cut` as tree `key`'s last, under `tag`, evicting the least
     /// recently kept trees beyond the bounds.
-    pub fn keep(&mut self, key: Key, tag: u64, cut: LastCut<Id>) {
+    pub fn keep(&mut self, key: Key, tag: Tag, cut: LastCut<Id>) {
         self.forget(key);
         if cut.len() > self.max_bytes / 4 {
             return;

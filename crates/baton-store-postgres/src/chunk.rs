@@ -43,14 +43,24 @@ pub(crate) fn state_digest(state: &[u8]) -> [u8; 32] {
 pub(crate) use baton_run::store::split_pieces as split;
 
 /// The writer's memory of each recently written tree's last cut, under the
-/// fencing token it was written with: the next body of the tree, appended
-/// under the same token, reuses the pieces the two share by comparison
-/// instead of cutting, digesting and sending them again
-/// (`baton_run::store::split_after`). Only the holder of a token can append
-/// to its tree, so nobody else can have changed the tree's pieces while
-/// the token is current; a snapshot (whose compaction deletes pieces) and a
-/// prune forget the trees they touch, whatever their outcome.
-pub(crate) type Cuts = baton_run::store::LastCuts<baton_run::TreeId, [u8; DIGEST_LEN]>;
+/// fencing token it was written with and the tree's row: the next body of
+/// the tree, appended under the same token to the same row, reuses the
+/// pieces the two share by comparison instead of cutting, digesting and
+/// sending them again (`baton_run::store::split_after`). Only the holder of
+/// a token can append to its tree, so nobody else can have changed the
+/// tree's pieces while the token is current; the writer forgets a tree
+/// before each transaction that snapshots it (a compaction deletes pieces)
+/// or releases it, and every tree before a prune, whatever their outcome.
+pub(crate) type Cuts = baton_run::store::LastCuts<baton_run::TreeId, CutTag, [u8; DIGEST_LEN]>;
+
+/// What a remembered cut was written under: the lease's fencing token and
+/// the tree's row key (a tree pruned and started again has a new row, whose
+/// tokens could repeat if the token sequence was ever reset).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CutTag {
+    pub(crate) token: u64,
+    pub(crate) row: i64,
+}
 
 /// A memory of at most 1,024 trees' last cuts and 32 MiB of their bodies
 /// (shared with the records the engine wrote, so a tree costs nothing

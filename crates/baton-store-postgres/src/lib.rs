@@ -52,7 +52,8 @@
 //!   fencing token it was written with, so the next body appended under
 //!   the same token finds the pieces the two share by comparison and sends
 //!   only the others (nobody else can change a tree's pieces while its
-//!   token is current; a snapshot or a prune forgets the trees it touches).
+//!   token is current; the writer forgets a tree before any transaction
+//!   that snapshots or releases it, and every tree before a prune).
 //! - **Snapshots and compaction.** [`PostgresConfig::compact`] (default on)
 //!   deletes the records a snapshot covers and the pieces nothing
 //!   references any more; the snapshot keeps the chain head it covers.

@@ -27,7 +27,7 @@ use baton_run::{Digest, Timestamp, TreeId};
 use deadpool_postgres::{GenericClient, Pool};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::chunk::{self, Cuts, DIGEST_LEN};
+use crate::chunk::{self, CutTag, Cuts, DIGEST_LEN};
 use crate::config::LeaseClock;
 use crate::error::{self, connection_lost, must_retry, storage};
 use crate::rows::{column, corrupt, digest, execute, int, query, query_opt, uint};
@@ -122,16 +122,6 @@ pub(crate) async fn write_loop(
                 Err(_) => break,
             }
         }
-        // A snapshot's compaction deletes pieces, and a prune whole trees:
-        // their trees' cuts are forgotten before they run, whether or not
-        // their transactions are then known to commit.
-        for write in &group {
-            match write {
-                Write::Snapshot(tree, ..) => cuts.forget(*tree),
-                Write::Prune(..) => cuts.clear(),
-                _ => {}
-            }
-        }
         // A prune deletes whole trees: it runs in a transaction of its own,
         // in its place in the queue.
         let mut batch = Vec::new();
@@ -147,14 +137,35 @@ pub(crate) async fn write_loop(
     }
 }
 
-/// The cuts a committed group leaves, to keep: by tree, the token its
-/// bodies were appended under and the last long body's cut.
-type Kept = BTreeMap<TreeId, (u64, LastCut<[u8; DIGEST_LEN]>)>;
+/// The cuts a committed group leaves, to keep: by tree, what its bodies
+/// were appended under and the last long body's cut.
+type Kept = BTreeMap<TreeId, (CutTag, LastCut<[u8; DIGEST_LEN]>)>;
 
 /// Keeps the cuts of a group that committed.
 fn keep(cuts: &mut Cuts, kept: Kept) {
-    for (tree, (token, cut)) in kept {
-        cuts.keep(tree, token, cut);
+    for (tree, (tag, cut)) in kept {
+        cuts.keep(tree, tag, cut);
+    }
+}
+
+/// Before a transaction runs `writes`, whatever its outcome: forgets the
+/// trees whose pieces it may delete (a snapshot's compaction, every tree
+/// for a prune) or whose lease it gives up (their cuts can serve no later
+/// append). A cut kept by an earlier transaction (an earlier part of a
+/// queue split around a prune, or a write retried alone) thus never
+/// outlives a compaction.
+fn forget_touched(cuts: &mut Cuts, writes: &[Write]) {
+    for write in writes {
+        match write {
+            Write::Snapshot(tree, ..) | Write::Release(tree, ..) => cuts.forget(*tree),
+            Write::Append(batch, _) => {
+                for append in batch.iter().filter(|append| append.release) {
+                    cuts.forget(append.tree);
+                }
+            }
+            Write::Prune(..) => cuts.clear(),
+            Write::Acquire(..) | Write::Create(..) | Write::Renew(..) => {}
+        }
     }
 }
 
@@ -164,6 +175,7 @@ async fn apply(pool: &Pool, group: Vec<Write>, settings: &Settings, cuts: &mut C
     if group.is_empty() {
         return;
     }
+    forget_touched(cuts, &group);
     let mut attempts = 0;
     let error = loop {
         match run_group(pool, &group, settings, cuts).await {
@@ -197,6 +209,7 @@ async fn apply(pool: &Pool, group: Vec<Write>, settings: &Settings, cuts: &mut C
 /// Applies one write in a transaction of its own.
 async fn alone(pool: &Pool, write: Write, settings: &Settings, cuts: &mut Cuts) {
     let group = [write];
+    forget_touched(cuts, &group);
     let mut attempts = 0;
     let result = loop {
         match run_group(pool, &group, settings, cuts).await {
@@ -511,15 +524,16 @@ impl<'a> Group<'a> {
     /// that token. The cut is kept for the tree's next append only if the
     /// lease goes on (`holds`).
     fn records(&mut self, tree: TreeId, key: i64, token: u64, holds: bool, records: &'a [Record]) {
+        let tag = CutTag { token, row: key };
         let last = match self.kept.get(&tree) {
-            Some((kept, cut)) if *kept == token => Some(cut),
+            Some((kept, cut)) if *kept == tag => Some(cut),
             Some(_) => None,
-            None => self.cuts.get(tree, token),
+            None => self.cuts.get(tree, tag),
         };
         let cut = self.pending.records(key, records, last);
         match cut {
             Some(cut) if holds => {
-                self.kept.insert(tree, (token, cut));
+                self.kept.insert(tree, (tag, cut));
             }
             _ => {
                 self.kept.remove(&tree);
@@ -712,8 +726,8 @@ impl<'a> Group<'a> {
         }
         let (key, head, head_hash) = (row.key, row.head_seq, row.head_hash);
         // Its compaction may delete pieces a cut of this group names: the
-        // tree's next body is cut afresh (the writer has forgotten the
-        // tree's earlier cut already).
+        // tree's next body is cut afresh (the writer forgot the tree's
+        // earlier cut before this transaction began).
         self.kept.remove(&tree);
         // It reads and deletes records: those of this group go in first.
         self.insert_pending(tx).await?;

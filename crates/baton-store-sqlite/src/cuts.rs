@@ -22,10 +22,10 @@ const MAX_BYTES: usize = 32 << 20;
 /// The trees remembered at most.
 const MAX_TREES: usize = 1024;
 
-/// The last cut of each recently written tree, by tree key (every cut under
-/// the same tag: what tells them from others' is `data_version`).
+/// The last cut of each recently written tree, by tree key (no tag: what
+/// tells this connection's commits from others' is `data_version`).
 pub(crate) struct Cuts {
-    cuts: LastCuts<i64, i64>,
+    cuts: LastCuts<i64, (), i64>,
     /// `PRAGMA data_version` when a group of this connection last used the
     /// cuts.
     version: Option<i64>,
@@ -70,13 +70,13 @@ impl Cuts {
 
     /// The last cut of tree `key`, if remembered.
     pub(crate) fn get(&self, key: i64) -> Option<&LastCut<i64>> {
-        self.cuts.get(key, 0)
+        self.cuts.get(key, ())
     }
 
     /// Remembers `cut` as tree `key`'s last, evicting the least recently
     /// written trees beyond the bounds.
     pub(crate) fn keep(&mut self, key: i64, cut: LastCut<i64>) {
-        self.cuts.keep(key, 0, cut);
+        self.cuts.keep(key, (), cut);
     }
 
     /// Forgets tree `key` (its chunks may be deleted).

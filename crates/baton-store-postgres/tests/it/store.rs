@@ -9,7 +9,8 @@ use std::time::Duration;
 use baton_run::log::{Record, RecordBody, Snapshot};
 use baton_run::program::{ExecutionState, Transition};
 use baton_run::store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, ListFilter, Store, TreeMeta, TreeStatus,
+    AcquireRequest, Acquired, Append, AppendOutcome, CreateTree, ListFilter, Store, TreeMeta,
+    TreeStatus,
 };
 use baton_run::{Digest, EffectId, Payload, ProcessId, Scope, StartId, Timestamp, TreeId};
 use baton_store_postgres::{Notice, PostgresConfig, PostgresStore};
@@ -554,6 +555,68 @@ async fn a_remembered_cut_is_reused_only_under_its_token_and_never_after_a_compa
     assert_eq!(queued.1.await, Ok(AppendOutcome::Committed));
     assert_eq!(queued.2.await, Ok(vec![AppendOutcome::Committed]));
     assert_eq!(ours.load(t).await.expect("loads").records, [eighth]);
+}
+
+/// A group that fails on one write's own statements is applied again one
+/// write per transaction; a cut kept by the first of them must not outlive
+/// the compaction of a later one.
+#[tokio::test]
+async fn a_cut_kept_while_a_failed_group_is_retried_write_by_write_never_outlives_its_compaction() {
+    let server = Server::new();
+    let store = server.store();
+    let t = tree("split");
+    let token = lease(&store, t).await;
+    let first = step(t, 1, Digest::ZERO, &edited(9, &[]));
+    let size = first.body.len() as u64;
+    let second = step(t, 2, first.hash, &edited(9, &[500]));
+    assert_eq!(
+        store
+            .append(vec![append(t, token, vec![first.clone()])])
+            .await,
+        Ok(vec![AppendOutcome::Committed])
+    );
+    // Queued together, so they share a group, which the refused creation
+    // fails: the append and the compaction then commit one by one.
+    let refused = CreateTree {
+        tree: tree("refused"),
+        owner: "test".into(),
+        now: Timestamp(0),
+        ttl: Duration::from_secs(60),
+        records: Vec::new(),
+        meta: meta(tree("refused"), TreeStatus::Running, 1),
+        hold: true,
+    };
+    let queued = (
+        store.append(vec![append(t, token, vec![second.clone()])]),
+        store.write_snapshot(
+            t,
+            token,
+            Snapshot {
+                seq: second.seq,
+                head: second.hash,
+                state: Arc::from(&b"{\"small\":true}"[..]),
+            },
+        ),
+        store.create_tree(refused),
+    );
+    assert_eq!(queued.0.await, Ok(vec![AppendOutcome::Committed]));
+    assert_eq!(queued.1.await, Ok(AppendOutcome::Committed));
+    assert!(
+        queued.2.await.is_err(),
+        "a creation without records is refused"
+    );
+    // The pieces the second body had are gone with it; the third, which
+    // shares them, is stored whole again and reads back.
+    let third = step(t, 3, second.hash, &edited(9, &[500, 100_000]));
+    let before = store.bytes_written();
+    assert_eq!(
+        store
+            .append(vec![append(t, token, vec![third.clone()])])
+            .await,
+        Ok(vec![AppendOutcome::Committed])
+    );
+    assert!(store.bytes_written() - before >= size);
+    assert_eq!(store.load(t).await.expect("loads").records, [third]);
 }
 
 #[test]
