@@ -372,14 +372,7 @@ async fn a_large_state_that_changes_a_little_is_stored_once_by_digest_and_counte
         state[at] = b"0123456789abcdef"[seq as usize % 16];
         let record = step(t, seq, prev, std::str::from_utf8(&state).expect("hex"));
         prev = record.hash;
-        let before = store.bytes_written();
-        assert_eq!(
-            store
-                .append(vec![append(t, token, vec![record.clone()])])
-                .await,
-            Ok(vec![AppendOutcome::Committed])
-        );
-        growth.push(store.bytes_written() - before);
+        growth.push(stored(&store, t, token, &record).await);
         records.push(record);
     }
     let size = records[0].body.len() as u64;
@@ -424,6 +417,19 @@ async fn a_large_state_that_changes_a_little_is_stored_once_by_digest_and_counte
     );
 }
 
+/// Appends `record` to `tree` under `token`, checks it committed and
+/// returns the payload bytes the store counted for it.
+async fn stored(store: &PostgresStore, tree: TreeId, token: u64, record: &Record) -> u64 {
+    let before = store.bytes_written();
+    assert_eq!(
+        store
+            .append(vec![append(tree, token, vec![record.clone()])])
+            .await,
+        Ok(vec![AppendOutcome::Committed])
+    );
+    store.bytes_written() - before
+}
+
 /// A 250 KB state of seeded noise with `edits` single bytes changed.
 fn edited(seed: u64, edits: &[usize]) -> String {
     let mut state = noise(250_000, seed).into_bytes();
@@ -434,16 +440,20 @@ fn edited(seed: u64, edits: &[usize]) -> String {
     String::from_utf8(state).expect("hex")
 }
 
-/// Commits a snapshot of `tree` at record `at` with a small state of its
-/// own, so compaction deletes every piece the records held.
-async fn compact_at(store: &PostgresStore, tree: TreeId, token: u64, at: &Record) {
-    let snapshot = Snapshot {
+/// A snapshot at record `at` with a small state of its own, so compaction
+/// deletes every piece the records held.
+fn small_snapshot(at: &Record) -> Snapshot {
+    Snapshot {
         seq: at.seq,
         head: at.hash,
         state: Arc::from(&b"{\"small\":true}"[..]),
-    };
+    }
+}
+
+/// Commits [`small_snapshot`] of `tree` at `at`.
+async fn compact_at(store: &PostgresStore, tree: TreeId, token: u64, at: &Record) {
     assert_eq!(
-        store.write_snapshot(tree, token, snapshot).await,
+        store.write_snapshot(tree, token, small_snapshot(at)).await,
         Ok(AppendOutcome::Committed)
     );
 }
@@ -478,27 +488,15 @@ async fn a_remembered_cut_is_reused_only_under_its_token_and_never_after_a_compa
     // shares all but one piece with the last, is sent whole again.
     compact_at(&ours, t, token, &second).await;
     let third = next(&edited(5, &[1_000, 90_000]));
-    let before = ours.bytes_written();
-    assert_eq!(
-        ours.append(vec![append(t, token, vec![third.clone()])])
-            .await,
-        Ok(vec![AppendOutcome::Committed])
-    );
     assert!(
-        ours.bytes_written() - before >= size,
+        stored(&ours, t, token, &third).await >= size,
         "after a compaction every piece is stored again"
     );
     assert_eq!(ours.load(t).await.expect("loads").records, [third]);
 
     // A step under the same token after it reuses the remembered pieces.
     let fourth = next(&edited(5, &[1_000, 90_000, 180_000]));
-    let before = ours.bytes_written();
-    assert_eq!(
-        ours.append(vec![append(t, token, vec![fourth.clone()])])
-            .await,
-        Ok(vec![AppendOutcome::Committed])
-    );
-    assert!(ours.bytes_written() - before < size / 10);
+    assert!(stored(&ours, t, token, &fourth).await < size / 10);
 
     // Another handle takes the tree over, goes on and compacts: the pieces
     // our writer remembers are gone, and our token is no longer current.
@@ -520,13 +518,7 @@ async fn a_remembered_cut_is_reused_only_under_its_token_and_never_after_a_compa
     // Under a new token the body that shares pieces with the remembered
     // cut is cut and sent afresh, and reads back.
     let again = lease(&ours, t).await;
-    let before = ours.bytes_written();
-    assert_eq!(
-        ours.append(vec![append(t, again, vec![sixth.clone()])])
-            .await,
-        Ok(vec![AppendOutcome::Committed])
-    );
-    assert!(ours.bytes_written() - before >= size);
+    assert!(stored(&ours, t, again, &sixth).await >= size);
     let loaded = ours.load(t).await.expect("loads");
     assert_eq!(loaded.records, std::slice::from_ref(&sixth));
     assert_eq!(
@@ -540,15 +532,7 @@ async fn a_remembered_cut_is_reused_only_under_its_token_and_never_after_a_compa
     let eighth = next(&edited(5, &[1_000, 90_000, 180_000, 200_000, 7, 8]));
     let queued = (
         ours.append(vec![append(t, again, vec![seventh.clone()])]),
-        ours.write_snapshot(
-            t,
-            again,
-            Snapshot {
-                seq: seventh.seq,
-                head: seventh.hash,
-                state: Arc::from(&b"{\"small\":true}"[..]),
-            },
-        ),
+        ours.write_snapshot(t, again, small_snapshot(&seventh)),
         ours.append(vec![append(t, again, vec![eighth.clone()])]),
     );
     assert_eq!(queued.0.await, Ok(vec![AppendOutcome::Committed]));
@@ -588,15 +572,7 @@ async fn a_cut_kept_while_a_failed_group_is_retried_write_by_write_never_outlive
     };
     let queued = (
         store.append(vec![append(t, token, vec![second.clone()])]),
-        store.write_snapshot(
-            t,
-            token,
-            Snapshot {
-                seq: second.seq,
-                head: second.hash,
-                state: Arc::from(&b"{\"small\":true}"[..]),
-            },
-        ),
+        store.write_snapshot(t, token, small_snapshot(&second)),
         store.create_tree(refused),
     );
     assert_eq!(queued.0.await, Ok(vec![AppendOutcome::Committed]));
@@ -608,14 +584,7 @@ async fn a_cut_kept_while_a_failed_group_is_retried_write_by_write_never_outlive
     // The pieces the second body had are gone with it; the third, which
     // shares them, is stored whole again and reads back.
     let third = step(t, 3, second.hash, &edited(9, &[500, 100_000]));
-    let before = store.bytes_written();
-    assert_eq!(
-        store
-            .append(vec![append(t, token, vec![third.clone()])])
-            .await,
-        Ok(vec![AppendOutcome::Committed])
-    );
-    assert!(store.bytes_written() - before >= size);
+    assert!(stored(&store, t, token, &third).await >= size);
     assert_eq!(store.load(t).await.expect("loads").records, [third]);
 }
 
