@@ -73,8 +73,8 @@ pub(crate) fn cuts() -> Cuts {
 pub(crate) const DIGEST_LEN: usize = 32;
 
 /// The manifest of a chunked body: the digests of its pieces, in order.
-pub(crate) fn manifest(digests: &[[u8; DIGEST_LEN]]) -> Vec<u8> {
-    digests.concat()
+pub(crate) fn manifest<'a>(digests: impl IntoIterator<Item = &'a [u8; DIGEST_LEN]>) -> Vec<u8> {
+    digests.into_iter().flatten().copied().collect()
 }
 
 /// The piece digests of a manifest; `None` if its length is not a whole

@@ -1024,10 +1024,7 @@ impl<'a> Pending<'a> {
                         }
                     })
                     .collect();
-                let manifest: Vec<u8> = digests
-                    .iter()
-                    .flat_map(|(_, digest)| digest.iter().copied())
-                    .collect();
+                let manifest = chunk::manifest(digests.iter().map(|(_, digest)| digest));
                 cut = LastCut::new(Arc::clone(&record.body), digests);
                 self.bytes += manifest.len() as u64;
                 (None, Some(manifest))
