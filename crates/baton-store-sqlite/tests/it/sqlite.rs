@@ -278,6 +278,37 @@ async fn a_new_store_takes_the_configured_page_size_and_an_existing_one_keeps_it
     }
 }
 
+/// The write-ahead log is checkpointed after the same bytes whatever the
+/// page size: a store of 1 KiB pages lets its log grow to about 4 MB, not
+/// to SQLite's 1000 pages (1 MB at that size), and no further.
+#[tokio::test]
+async fn small_pages_checkpoint_after_the_same_log_bytes_as_large_ones() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("small.db");
+    let config = SqliteConfig {
+        creation: Creation::New,
+        page_size: PageSize::Kib1,
+        ..SqliteConfig::default()
+    };
+    let store = SqliteStore::open_with(&path, config).expect("creates");
+    let t = tree("log");
+    let token = lease(&store, t).await;
+    let mut prev = Digest::ZERO;
+    // About 6 MB of new pieces, one commit each.
+    for seq in 1..=750u64 {
+        let record = step(t, seq, prev, &noise(8_000, seq));
+        prev = record.hash;
+        append_one(&store, t, token, record).await;
+    }
+    let mut wal = path.clone().into_os_string();
+    wal.push("-wal");
+    let log = std::fs::metadata(&wal).expect("the log is there").len();
+    assert!(
+        (2_000_000..6_000_000).contains(&log),
+        "{log} bytes of log after about 6 MB written"
+    );
+}
+
 #[tokio::test]
 async fn prune_removes_only_done_trees_older_than_the_retention_point() {
     let dir = tempfile::tempdir().expect("temp dir");
