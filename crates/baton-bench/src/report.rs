@@ -36,6 +36,10 @@ pub struct Line {
     /// Median bytes handed to `write(2)` per unit of work (SQLite only).
     #[serde(skip_serializing_if = "Option::is_none")]
     io_bytes: Option<f64>,
+    /// The page size of the run's stores in bytes (SQLite only:
+    /// `--page-size`, 4096 by default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    page_size: Option<u32>,
     /// Median store bytes per extra stage (`state-*` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     marginal_bytes: Option<f64>,
@@ -124,6 +128,7 @@ impl Line {
             peak_rss_bytes,
             bytes_written: median_of(&samples, |s| Some(s.bytes_written)).unwrap_or(f64::NAN),
             io_bytes: median_of(&samples, |s| s.io_bytes),
+            page_size: (store == StoreKind::Sqlite).then(|| options.page_size.bytes()),
             marginal_bytes: median_of(&samples, |s| s.marginal_bytes),
             total_seconds: median_of(&samples, |s| s.total_seconds),
             cpu_median: median_of(&samples, |s| s.cpu),
@@ -231,6 +236,9 @@ pub fn table(results: &[Line]) -> String {
     for line in results {
         let per = Workload::parse(line.workload).map_or("unit", Workload::per);
         let mut notes = Vec::new();
+        if let Some(page) = line.page_size {
+            notes.push(format!("{page} B pages"));
+        }
         if let Some(marginal) = line.marginal_bytes {
             notes.push(format!("marginal {marginal} B/{per}"));
         }
@@ -304,6 +312,27 @@ mod tests {
         assert_eq!(nearest_rank(&[3.0, 4.0], 99), 4.0);
         assert_eq!(nearest_rank(&[3.0, 4.0], 0), 3.0);
         assert!(nearest_rank(&[], 50).is_nan());
+    }
+
+    #[test]
+    fn sqlite_lines_say_their_page_size_and_others_do_not() {
+        let report = || WorkerReport {
+            samples: vec![Sample {
+                figure: 1.0,
+                ..Sample::default()
+            }],
+            peak_rss_bytes: 0,
+            floors: Default::default(),
+        };
+        let args: Vec<String> = ["chain3", "--page-size", "1024"].map(String::from).to_vec();
+        let options = Options::parse(&args).unwrap();
+        let line = |store| Line::summarize(Workload::Chain3, store, &options, vec![report()]);
+        let sqlite = serde_json::to_value(line(StoreKind::Sqlite)).unwrap();
+        assert_eq!(sqlite["page_size"], 1024);
+        let memory = serde_json::to_value(line(StoreKind::Memory)).unwrap();
+        assert!(memory.get("page_size").is_none(), "{memory}");
+        let table = table(&[line(StoreKind::Sqlite)]);
+        assert!(table.contains("1024 B pages"), "{table}");
     }
 
     #[test]
