@@ -9,8 +9,16 @@
 //! It produces exactly the bytes of the general way or fails: on any error
 //! (an unusual map key, a 128-bit integer out of range, a malformed raw
 //! value) the caller falls back to the general way, which then decides.
+//!
+//! The same serializer, with keys left in the order they come
+//! ([`to_compact`]), writes exactly what `serde_json::to_writer` writes:
+//! records and tree snapshots are that text, and serde_json's own writer
+//! checks every byte of every string for escapes one at a time, where this
+//! one checks a word at a time and copies raw payload text without taking
+//! a copy of it first.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use serde::ser::{self, Impossible, Serialize};
 
@@ -23,10 +31,31 @@ pub(crate) const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
 /// vouch for the result (the caller then takes the general way).
 pub(crate) fn to_text<T: Serialize + ?Sized>(value: &T) -> Result<Box<str>, Error> {
     with_scratch(|out| {
-        value.serialize(Canon { out: &mut *out })?;
+        value.serialize(Canon {
+            out: &mut *out,
+            keys: Keys::Sorted,
+        })?;
         std::str::from_utf8(out)
             .map(Box::from)
             .map_err(|_| ser::Error::custom("non-UTF-8 output"))
+    })
+}
+
+/// Exactly the bytes `serde_json::to_vec(value)` would give, in an
+/// allocation of their size. Whatever this serializer cannot vouch for is
+/// written by serde_json itself, whose error is the answer when it fails
+/// too.
+pub(crate) fn to_compact<T: Serialize + ?Sized>(value: &T) -> Result<Arc<[u8]>, Error> {
+    with_scratch(|out| {
+        let written = value.serialize(Canon {
+            out: &mut *out,
+            keys: Keys::AsGiven,
+        });
+        if written.is_err() {
+            out.clear();
+            serde_json::to_writer(&mut *out, value)?;
+        }
+        Ok(Arc::from(out.as_slice()))
     })
 }
 
@@ -35,7 +64,7 @@ pub(crate) fn to_text<T: Serialize + ?Sized>(value: &T) -> Result<Box<str>, Erro
 /// regrow (copying) several times for every payload or record. A nested
 /// call (a value whose serialization encodes another payload) finds the
 /// buffer busy and gets a fresh one.
-pub(crate) fn with_scratch<R>(write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+fn with_scratch<R>(write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
     thread_local! {
         static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
@@ -70,6 +99,7 @@ pub(crate) fn write_str(out: &mut Vec<u8>, text: &str) -> Result<(), Error> {
 
 /// Appends `text` escaped as serde_json escapes string contents: `"`, `\\`
 /// and control characters only, the common ones by their short forms.
+#[inline]
 fn escape_into(out: &mut Vec<u8>, text: &str) {
     let bytes = text.as_bytes();
     // Most text has nothing to escape: look for that eight bytes at a time.
@@ -111,30 +141,45 @@ fn escape_slow(out: &mut Vec<u8>, bytes: &[u8]) {
 }
 
 /// Whether any byte of `bytes` is `"`, `\\` or a control character,
-/// checked a word at a time.
+/// checked a word at a time; the last few bytes are checked as one more
+/// word (the last eight bytes again, or the rest padded with spaces),
+/// since most strings written are keys and ids shorter than a few words.
 #[inline]
 fn needs_escape(bytes: &[u8]) -> bool {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
-    /// Nonzero exactly when some byte of `word` is below `limit` (at most
-    /// 0x80), the classic test for "has a byte less than".
-    fn has_below(word: u64, limit: u8) -> bool {
-        word.wrapping_sub(ONES * u64::from(limit)) & !word & HIGHS != 0
+    /// The high bit of each byte of `word` below `limit` (at most 0x80)
+    /// may be set, and some is exactly when some byte is: the classic
+    /// test for "has a byte less than".
+    fn below(word: u64, limit: u8) -> u64 {
+        word.wrapping_sub(ONES * u64::from(limit)) & !word & HIGHS
+    }
+    fn escapes(word: u64) -> bool {
+        below(word, 0x20)
+            | below(word ^ (ONES * u64::from(b'"')), 1)
+            | below(word ^ (ONES * u64::from(b'\\')), 1)
+            != 0
+    }
+    fn word(eight: &[u8]) -> u64 {
+        u64::from_ne_bytes(eight.try_into().expect("eight bytes"))
     }
     let mut chunks = bytes.chunks_exact(8);
-    for chunk in &mut chunks {
-        let word = u64::from_ne_bytes(chunk.try_into().expect("eight bytes"));
-        if has_below(word, 0x20)
-            || has_below(word ^ (ONES * u64::from(b'"')), 1)
-            || has_below(word ^ (ONES * u64::from(b'\\')), 1)
-        {
-            return true;
-        }
+    if chunks.any(|chunk| escapes(word(chunk))) {
+        return true;
     }
-    chunks
-        .remainder()
-        .iter()
-        .any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\')
+    let rest = chunks.remainder();
+    if rest.is_empty() {
+        return false;
+    }
+    let last = match bytes.len().checked_sub(8) {
+        Some(from) => word(&bytes[from..]),
+        None => {
+            let mut padded = [b' '; 8];
+            padded[..rest.len()].copy_from_slice(rest);
+            u64::from_ne_bytes(padded)
+        }
+    };
+    escapes(last)
 }
 
 /// Escapes formatted text as it is written (for `collect_str`).
@@ -147,8 +192,19 @@ impl std::fmt::Write for Escaping<'_> {
     }
 }
 
+/// The order of an object's members in the output.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keys {
+    /// Canonical: sorted by key, a repeated key written once with its last
+    /// value, as a `Value` map holds them.
+    Sorted,
+    /// As the value gives them, repeats and all: serde_json's own output.
+    AsGiven,
+}
+
 struct Canon<'a> {
     out: &'a mut Vec<u8>,
+    keys: Keys,
 }
 
 impl<'a> ser::Serializer for Canon<'a> {
@@ -215,9 +271,13 @@ impl<'a> ser::Serializer for Canon<'a> {
         }
     }
 
-    /// As a `Value` holds it: widened to f64.
+    /// As a `Value` holds it: widened to f64; as serde_json writes it
+    /// (its own shortest form) when keys are as given.
     fn serialize_f32(self, v: f32) -> Result<(), Error> {
-        self.serialize_f64(f64::from(v))
+        match self.keys {
+            Keys::Sorted => self.serialize_f64(f64::from(v)),
+            Keys::AsGiven => serde_json::to_writer(self.out, &v),
+        }
     }
 
     /// Non-finite numbers are `null`, as in a `Value`.
@@ -300,6 +360,7 @@ impl<'a> ser::Serializer for Canon<'a> {
         self.out.push(b':');
         value.serialize(Canon {
             out: &mut *self.out,
+            keys: self.keys,
         })?;
         self.out.push(b'}');
         Ok(())
@@ -309,6 +370,7 @@ impl<'a> ser::Serializer for Canon<'a> {
         self.out.push(b'[');
         Ok(Seq {
             out: self.out,
+            keys: self.keys,
             first: true,
             variant: false,
         })
@@ -334,19 +396,21 @@ impl<'a> ser::Serializer for Canon<'a> {
         self.out.extend_from_slice(b":[");
         Ok(Seq {
             out: self.out,
+            keys: self.keys,
             first: true,
             variant: true,
         })
     }
 
     fn serialize_map(self, len: Option<usize>) -> Result<Object<'a>, Error> {
-        Ok(Object::open(self.out, len.unwrap_or(0), false))
+        Ok(Object::open(self, len.unwrap_or(0), false))
     }
 
     fn serialize_struct(self, name: &'static str, len: usize) -> Result<Object<'a>, Error> {
-        let mut object = Object::open(self.out, len, false);
-        object.raw = name == RAW_VALUE_TOKEN;
-        Ok(object)
+        if name == RAW_VALUE_TOKEN {
+            return Ok(Object::raw(self));
+        }
+        Ok(Object::open(self, len, false))
     }
 
     fn serialize_struct_variant(
@@ -359,12 +423,13 @@ impl<'a> ser::Serializer for Canon<'a> {
         self.out.push(b'{');
         write_str(self.out, variant)?;
         self.out.push(b':');
-        Ok(Object::open(self.out, len, true))
+        Ok(Object::open(self, len, true))
     }
 }
 
 struct Seq<'a> {
     out: &'a mut Vec<u8>,
+    keys: Keys,
     first: bool,
     /// A tuple variant: `{"variant":[...]}`.
     variant: bool,
@@ -378,6 +443,7 @@ impl Seq<'_> {
         self.first = false;
         value.serialize(Canon {
             out: &mut *self.out,
+            keys: self.keys,
         })
     }
 
@@ -443,31 +509,56 @@ struct Entry {
 
 struct Object<'a> {
     out: &'a mut Vec<u8>,
-    /// Where the entries begin (just after `{`).
+    keys: Keys,
+    /// Where the entries begin (just after `{`; for a raw value, where its
+    /// text begins).
     start: usize,
+    /// The entries written so far, each with where its text lies; kept only
+    /// when keys are sorted, which may need them to rearrange the object.
     entries: Vec<Entry>,
+    /// How many entries were written.
+    written: usize,
     /// A map's key, between `serialize_key` and `serialize_value`.
     key: Option<Cow<'static, str>>,
     /// A struct variant: `{"variant":{...}}`.
     variant: bool,
-    /// serde_json's raw value: one field holding the JSON text.
+    /// serde_json's raw value: one field holding the JSON text, which is
+    /// written in place of the object.
     raw: bool,
-    /// The raw value's text, once its field came.
-    raw_text: Option<String>,
 }
 
 impl<'a> Object<'a> {
-    fn open(out: &'a mut Vec<u8>, len: usize, variant: bool) -> Object<'a> {
-        out.push(b'{');
-        let start = out.len();
+    fn open(canon: Canon<'a>, len: usize, variant: bool) -> Object<'a> {
+        canon.out.push(b'{');
+        let start = canon.out.len();
+        let entries = match canon.keys {
+            Keys::Sorted => Vec::with_capacity(len.min(64)),
+            Keys::AsGiven => Vec::new(),
+        };
         Object {
-            out,
+            out: canon.out,
+            keys: canon.keys,
             start,
-            entries: Vec::with_capacity(len.min(64)),
+            entries,
+            written: 0,
             key: None,
             variant,
             raw: false,
-            raw_text: None,
+        }
+    }
+
+    /// serde_json's raw value, whose one field is its JSON text.
+    fn raw(canon: Canon<'a>) -> Object<'a> {
+        let start = canon.out.len();
+        Object {
+            out: canon.out,
+            keys: canon.keys,
+            start,
+            entries: Vec::new(),
+            written: 0,
+            key: None,
+            variant: false,
+            raw: true,
         }
     }
 
@@ -476,26 +567,30 @@ impl<'a> Object<'a> {
         key: Cow<'static, str>,
         value: &T,
     ) -> Result<(), Error> {
-        if !self.entries.is_empty() {
+        if self.written > 0 {
             self.out.push(b',');
         }
+        self.written += 1;
         let start = self.out.len();
         write_str(self.out, &key)?;
         self.out.push(b':');
         value.serialize(Canon {
             out: &mut *self.out,
+            keys: self.keys,
         })?;
-        self.entries.push(Entry {
-            key,
-            start,
-            end: self.out.len(),
-        });
+        if self.keys == Keys::Sorted {
+            self.entries.push(Entry {
+                key,
+                start,
+                end: self.out.len(),
+            });
+        }
         Ok(())
     }
 
-    /// Closes the object, putting its entries in key order first if they
-    /// came in another (a repeated map key keeps its last value, as a
-    /// `Value` map does).
+    /// Closes the object; with sorted keys, putting its entries in key
+    /// order first if they came in another (a repeated map key keeps its
+    /// last value, as a `Value` map does).
     fn close(mut self) -> Result<(), Error> {
         if self.raw {
             return self.close_raw();
@@ -529,20 +624,13 @@ impl<'a> Object<'a> {
         Ok(())
     }
 
-    /// A raw value's text, canonicalized, in place of the object.
+    /// A raw value: its text was written in place of the object.
     fn close_raw(self) -> Result<(), Error> {
-        let (Some(text), true) = (self.raw_text, self.entries.is_empty()) else {
-            return Err(unsupported("a malformed raw value"));
-        };
-        self.out.truncate(self.start - 1);
-        if crate::payload::is_canonical(&text) {
-            self.out.extend_from_slice(text.as_bytes());
+        if self.written == 1 {
+            Ok(())
         } else {
-            let payload = crate::Payload::parse_str(&text)
-                .map_err(|error| <Error as ser::Error>::custom(error.to_string()))?;
-            self.out.extend_from_slice(payload.as_bytes());
+            Err(unsupported("a malformed raw value"))
         }
-        Ok(())
     }
 }
 
@@ -578,13 +666,14 @@ impl ser::SerializeStruct for Object<'_> {
         value: &T,
     ) -> Result<(), Error> {
         if self.raw {
-            if key != RAW_VALUE_TOKEN || self.raw_text.is_some() {
+            if key != RAW_VALUE_TOKEN || self.written > 0 {
                 return Err(unsupported("a malformed raw value"));
             }
-            // The field is the JSON text as a string, which the key
-            // serializer takes as it is.
-            self.raw_text = Some(value.serialize(MapKey)?.into_owned());
-            return Ok(());
+            self.written = 1;
+            return value.serialize(RawText {
+                out: &mut *self.out,
+                keys: self.keys,
+            });
         }
         self.entry(Cow::Borrowed(key), value)
     }
@@ -611,9 +700,102 @@ impl ser::SerializeStructVariant for Object<'_> {
     }
 }
 
+/// The one field of a raw value: its JSON text, written where the value
+/// goes. With sorted keys, text that is not canonical already is
+/// canonicalized; as given, it is written as it is, as serde_json does.
+struct RawText<'a> {
+    out: &'a mut Vec<u8>,
+    keys: Keys,
+}
+
+/// Serializer methods that refuse their value: anything but the one kind a
+/// serializer takes is left to the general way.
+macro_rules! refuse {
+    ($what:literal; $($method:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        $(fn $method(self, $(_: $ty),*) -> Result<$ret, Error> {
+            Err(unsupported($what))
+        })*
+    };
+}
+
+impl ser::Serializer for RawText<'_> {
+    type Ok = ();
+    type Error = Error;
+    type SerializeSeq = Impossible<(), Error>;
+    type SerializeTuple = Impossible<(), Error>;
+    type SerializeTupleStruct = Impossible<(), Error>;
+    type SerializeTupleVariant = Impossible<(), Error>;
+    type SerializeMap = Impossible<(), Error>;
+    type SerializeStruct = Impossible<(), Error>;
+    type SerializeStructVariant = Impossible<(), Error>;
+
+    fn serialize_str(self, text: &str) -> Result<(), Error> {
+        if self.keys == Keys::AsGiven || crate::payload::is_canonical(text) {
+            self.out.extend_from_slice(text.as_bytes());
+        } else {
+            let payload = crate::Payload::parse_str(text)
+                .map_err(|error| <Error as ser::Error>::custom(error.to_string()))?;
+            self.out.extend_from_slice(payload.as_bytes());
+        }
+        Ok(())
+    }
+
+    refuse! { "a raw value that is not text";
+        serialize_bool(v: bool) -> ();
+        serialize_i8(v: i8) -> ();
+        serialize_i16(v: i16) -> ();
+        serialize_i32(v: i32) -> ();
+        serialize_i64(v: i64) -> ();
+        serialize_u8(v: u8) -> ();
+        serialize_u16(v: u16) -> ();
+        serialize_u32(v: u32) -> ();
+        serialize_u64(v: u64) -> ();
+        serialize_f32(v: f32) -> ();
+        serialize_f64(v: f64) -> ();
+        serialize_char(v: char) -> ();
+        serialize_bytes(v: &[u8]) -> ();
+        serialize_none() -> ();
+        serialize_unit() -> ();
+        serialize_unit_struct(name: &'static str) -> ();
+        serialize_unit_variant(name: &'static str, index: u32, variant: &'static str) -> ();
+        serialize_seq(len: Option<usize>) -> Self::SerializeSeq;
+        serialize_tuple(len: usize) -> Self::SerializeTuple;
+        serialize_tuple_struct(name: &'static str, len: usize) -> Self::SerializeTupleStruct;
+        serialize_tuple_variant(
+            name: &'static str, index: u32, variant: &'static str, len: usize
+        ) -> Self::SerializeTupleVariant;
+        serialize_map(len: Option<usize>) -> Self::SerializeMap;
+        serialize_struct(name: &'static str, len: usize) -> Self::SerializeStruct;
+        serialize_struct_variant(
+            name: &'static str, index: u32, variant: &'static str, len: usize
+        ) -> Self::SerializeStructVariant;
+    }
+
+    fn serialize_some<T: Serialize + ?Sized>(self, _value: &T) -> Result<(), Error> {
+        Err(unsupported("a raw value that is not text"))
+    }
+
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _value: &T,
+    ) -> Result<(), Error> {
+        Err(unsupported("a raw value that is not text"))
+    }
+
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _index: u32,
+        _variant: &'static str,
+        _value: &T,
+    ) -> Result<(), Error> {
+        Err(unsupported("a raw value that is not text"))
+    }
+}
+
 /// Map keys: strings, and the scalars serde_json turns into strings the
 /// same way in every version; anything else is left to the general way.
-/// Also takes the text of a raw value's one field.
 struct MapKey;
 
 impl ser::Serializer for MapKey {
@@ -776,55 +958,4 @@ impl ser::Serializer for MapKey {
 }
 
 #[cfg(test)]
-mod tests {
-    use proptest::prelude::*;
-
-    use super::*;
-
-    fn needs_escape_naive(bytes: &[u8]) -> bool {
-        bytes
-            .iter()
-            .any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\')
-    }
-
-    #[test]
-    fn needs_escape_finds_every_byte_at_every_position() {
-        for byte in 0..=255u8 {
-            for len in 1..=17 {
-                for at in 0..len {
-                    let mut text = vec![b'a'; len];
-                    text[at] = byte;
-                    assert_eq!(
-                        needs_escape(&text),
-                        needs_escape_naive(&text),
-                        "byte {byte:#04x} at {at} of {len}"
-                    );
-                }
-            }
-        }
-    }
-
-    proptest! {
-        /// The word-at-a-time test answers exactly as the byte-at-a-time one,
-        /// over text dense in bytes near the limits (0x1f, 0x20, quotes,
-        /// backslashes, high bytes).
-        #[test]
-        fn needs_escape_is_exact(bytes in proptest::collection::vec(
-            prop_oneof![
-                Just(0x1fu8), Just(0x20), Just(b'"'), Just(b'\\'), Just(b'!'),
-                Just(0x5b), Just(0x5d), Just(0x80), Just(0xff), Just(0x00), any::<u8>()
-            ],
-            0..40,
-        )) {
-            prop_assert_eq!(needs_escape(&bytes), needs_escape_naive(&bytes));
-        }
-
-        /// Escaped text is what serde_json writes.
-        #[test]
-        fn strings_escape_as_serde_json_does(text in "(\\PC|[\\x00-\\x1f\"\\\\])*") {
-            let mut out = Vec::new();
-            write_str(&mut out, &text).unwrap();
-            prop_assert_eq!(out, serde_json::to_vec(&text).unwrap());
-        }
-    }
-}
+mod tests;

@@ -305,10 +305,7 @@ pub struct Record {
 impl Record {
     /// Seals a body as record `seq` after `prev`.
     pub fn seal(seq: u64, prev: Digest, body: &RecordBody) -> Record {
-        let bytes: Arc<[u8]> = crate::canonical::with_scratch(|buffer| {
-            serde_json::to_writer(&mut *buffer, body).expect("record bodies always encode");
-            Arc::from(buffer.as_slice())
-        });
+        let bytes = crate::canonical::to_compact(body).expect("record bodies always encode");
         Record::from_parts(seq, prev, body.kind(), bytes)
     }
 

@@ -787,10 +787,7 @@ impl Actor {
     }
 
     async fn snapshot(&mut self) -> Result<(), RuntimeError> {
-        let state: Arc<[u8]> = crate::canonical::with_scratch(|buffer| {
-            serde_json::to_writer(&mut *buffer, &self.state).expect("tree state always encodes");
-            Arc::from(buffer.as_slice())
-        });
+        let state = crate::canonical::to_compact(&self.state).expect("tree state always encodes");
         let size = state.len() as u64;
         let snapshot = crate::log::Snapshot {
             seq: self.owner.head_seq,

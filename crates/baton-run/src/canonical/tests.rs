@@ -1,0 +1,214 @@
+//! The canonical and compact writers against serde_json's own output.
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn needs_escape_naive(bytes: &[u8]) -> bool {
+    bytes
+        .iter()
+        .any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\')
+}
+
+#[test]
+fn needs_escape_finds_every_byte_at_every_position() {
+    for byte in 0..=255u8 {
+        for len in 1..=17 {
+            for at in 0..len {
+                let mut text = vec![b'a'; len];
+                text[at] = byte;
+                assert_eq!(
+                    needs_escape(&text),
+                    needs_escape_naive(&text),
+                    "byte {byte:#04x} at {at} of {len}"
+                );
+            }
+        }
+    }
+}
+
+proptest! {
+    /// The word-at-a-time test answers exactly as the byte-at-a-time one,
+    /// over text dense in bytes near the limits (0x1f, 0x20, quotes,
+    /// backslashes, high bytes).
+    #[test]
+    fn needs_escape_is_exact(bytes in proptest::collection::vec(
+        prop_oneof![
+            Just(0x1fu8), Just(0x20), Just(b'"'), Just(b'\\'), Just(b'!'),
+            Just(0x5b), Just(0x5d), Just(0x80), Just(0xff), Just(0x00), any::<u8>()
+        ],
+        0..40,
+    )) {
+        prop_assert_eq!(needs_escape(&bytes), needs_escape_naive(&bytes));
+    }
+
+    /// Escaped text is what serde_json writes.
+    #[test]
+    fn strings_escape_as_serde_json_does(text in "(\\PC|[\\x00-\\x1f\"\\\\])*") {
+        let mut out = Vec::new();
+        write_str(&mut out, &text).unwrap();
+        prop_assert_eq!(out, serde_json::to_vec(&text).unwrap());
+    }
+
+    /// Compact text is serde_json's, byte for byte, for any value
+    /// tree: escapes, non-ASCII, floats, integers at their edges.
+    #[test]
+    fn compact_text_is_serde_jsons(value in value()) {
+        prop_assert_eq!(
+            to_compact(&value).unwrap().to_vec(),
+            serde_json::to_vec(&value).unwrap()
+        );
+    }
+}
+
+fn value() -> impl Strategy<Value = serde_json::Value> {
+    use serde_json::Value;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<f64>().prop_map(Value::from),
+        "(\\PC|[\\x00-\\x1f\"\\\\/])*".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(3, 32, 5, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+            proptest::collection::btree_map("(\\PC|[\\x00-\\x1f\"])*", inner, 0..5)
+                .prop_map(|map| Value::Object(map.into_iter().collect())),
+        ]
+    })
+}
+
+/// Every shape serde gives a serializer, each in the compact text
+/// serde_json writes: the ones this serializer writes itself and the
+/// ones it leaves to serde_json (keys that are not text, 128-bit
+/// integers beyond 64 bits).
+#[test]
+fn every_shape_is_written_as_serde_json_writes_it() {
+    use std::collections::BTreeMap;
+
+    use serde::Serialize;
+
+    use crate::Payload;
+
+    #[derive(Serialize)]
+    struct Unit;
+    #[derive(Serialize)]
+    struct Newtype(u8);
+    #[derive(Serialize)]
+    struct Pair(i8, &'static str);
+    #[derive(Serialize)]
+    struct Empty {}
+    #[derive(Serialize)]
+    enum Variant {
+        Unit,
+        Newtype(f32),
+        Tuple(u16, bool),
+        Struct { z: char, a: Option<u8> },
+    }
+    #[derive(Serialize)]
+    #[serde(tag = "kind", rename_all = "snake_case")]
+    enum Tagged {
+        Plain { zeta: u32, alpha: Payload },
+        Wrapped(BTreeMap<String, u8>),
+    }
+    #[derive(Serialize)]
+    struct Flat {
+        last: u8,
+        #[serde(flatten)]
+        rest: BTreeMap<String, i64>,
+    }
+    /// A map that repeats a key and one whose text is written as it is
+    /// formatted.
+    struct Repeats;
+    impl Serialize for Repeats {
+        fn serialize<S: ser::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            use ser::SerializeMap;
+            let mut map = serializer.serialize_map(None)?;
+            map.serialize_entry("b", &1)?;
+            map.serialize_entry("a", &2)?;
+            map.serialize_entry("b", &3)?;
+            map.serialize_entry(&7u64, &format_args!("{}\"{}\n", 1, "x"))?;
+            map.end()
+        }
+    }
+    #[derive(Serialize)]
+    struct Everything {
+        unit: Unit,
+        unit_value: (),
+        newtype: Newtype,
+        pair: Pair,
+        empty: Empty,
+        empty_map: BTreeMap<String, u8>,
+        empty_list: Vec<u8>,
+        variants: Vec<Variant>,
+        tagged: Vec<Tagged>,
+        flat: Flat,
+        repeats: Repeats,
+        floats: (f32, f32, f32, f64, f64, f64),
+        text: (char, char, String),
+        #[serde(with = "serde_bytes_like")]
+        bytes: Vec<u8>,
+        integer_keys: BTreeMap<i32, bool>,
+        absent: Option<u8>,
+    }
+    mod serde_bytes_like {
+        pub fn serialize<S: serde::Serializer>(
+            bytes: &[u8],
+            serializer: S,
+        ) -> Result<S::Ok, S::Error> {
+            serializer.serialize_bytes(bytes)
+        }
+    }
+    let payload = Payload::encode(&serde_json::json!({"b": [1, "\u{1}"], "a": null})).unwrap();
+    let everything = Everything {
+        unit: Unit,
+        unit_value: (),
+        newtype: Newtype(7),
+        pair: Pair(-3, "pair"),
+        empty: Empty {},
+        empty_map: BTreeMap::new(),
+        empty_list: Vec::new(),
+        variants: vec![
+            Variant::Unit,
+            Variant::Newtype(0.1),
+            Variant::Tuple(9, true),
+            Variant::Struct { z: '"', a: None },
+        ],
+        tagged: vec![
+            Tagged::Plain {
+                zeta: 1,
+                alpha: payload,
+            },
+            Tagged::Wrapped(BTreeMap::from([("k\u{7f}".to_owned(), 1)])),
+        ],
+        flat: Flat {
+            last: 1,
+            rest: BTreeMap::from([("m".to_owned(), -1), ("a".to_owned(), 2)]),
+        },
+        repeats: Repeats,
+        floats: (0.1, f32::MAX, f32::NAN, 1e300, -0.0, f64::INFINITY),
+        text: ('\u{0}', '\u{e9}', "tab\tquote\"slash\\".to_owned()),
+        bytes: vec![0, 255, 34],
+        integer_keys: BTreeMap::from([(-1, true), (2, false)]),
+        absent: None,
+    };
+    assert_eq!(
+        String::from_utf8(to_compact(&everything).unwrap().to_vec()).unwrap(),
+        serde_json::to_string(&everything).unwrap()
+    );
+    // Left to serde_json: keys that are not text, integers past 64 bits.
+    let general = (
+        BTreeMap::from([(true, 1), (false, 2)]),
+        u128::MAX,
+        i128::MIN,
+        BTreeMap::from([(u128::MAX, 1)]),
+    );
+    assert_eq!(
+        to_compact(&general).unwrap().to_vec(),
+        serde_json::to_vec(&general).unwrap()
+    );
+    // And what serde_json refuses is refused.
+    assert!(to_compact(&BTreeMap::from([(vec![1u8], 1)])).is_err());
+}
