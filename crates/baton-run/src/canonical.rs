@@ -709,10 +709,21 @@ struct RawText<'a> {
 }
 
 /// Serializer methods that refuse their value: anything but the one kind a
-/// serializer takes is left to the general way.
+/// serializer takes is left to the general way. Scalars first (one value,
+/// no result type), then the rest with their arguments and result types.
 macro_rules! refuse {
-    ($what:literal; $($method:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
-        $(fn $method(self, $(_: $ty),*) -> Result<$ret, Error> {
+    (
+        $what:literal;
+        $($scalar:ident($value:ty)),* ;
+        $($method:ident $(<$generic:ident>)? ($($arg:ty),*) -> $ret:ty;)*
+    ) => {
+        $(fn $scalar(self, _: $value) -> Result<(), Error> {
+            Err(unsupported($what))
+        })*
+        $(fn $method $(<$generic: Serialize + ?Sized>)? (
+            self,
+            $(_: $arg),*
+        ) -> Result<$ret, Error> {
             Err(unsupported($what))
         })*
     };
@@ -741,56 +752,25 @@ impl ser::Serializer for RawText<'_> {
     }
 
     refuse! { "a raw value that is not text";
-        serialize_bool(v: bool) -> ();
-        serialize_i8(v: i8) -> ();
-        serialize_i16(v: i16) -> ();
-        serialize_i32(v: i32) -> ();
-        serialize_i64(v: i64) -> ();
-        serialize_u8(v: u8) -> ();
-        serialize_u16(v: u16) -> ();
-        serialize_u32(v: u32) -> ();
-        serialize_u64(v: u64) -> ();
-        serialize_f32(v: f32) -> ();
-        serialize_f64(v: f64) -> ();
-        serialize_char(v: char) -> ();
-        serialize_bytes(v: &[u8]) -> ();
+        serialize_bool(bool), serialize_char(char), serialize_bytes(&[u8]),
+        serialize_i8(i8), serialize_i16(i16), serialize_i32(i32), serialize_i64(i64),
+        serialize_u8(u8), serialize_u16(u16), serialize_u32(u32), serialize_u64(u64),
+        serialize_f32(f32), serialize_f64(f64), serialize_unit_struct(&'static str);
         serialize_none() -> ();
         serialize_unit() -> ();
-        serialize_unit_struct(name: &'static str) -> ();
-        serialize_unit_variant(name: &'static str, index: u32, variant: &'static str) -> ();
-        serialize_seq(len: Option<usize>) -> Self::SerializeSeq;
-        serialize_tuple(len: usize) -> Self::SerializeTuple;
-        serialize_tuple_struct(name: &'static str, len: usize) -> Self::SerializeTupleStruct;
-        serialize_tuple_variant(
-            name: &'static str, index: u32, variant: &'static str, len: usize
-        ) -> Self::SerializeTupleVariant;
-        serialize_map(len: Option<usize>) -> Self::SerializeMap;
-        serialize_struct(name: &'static str, len: usize) -> Self::SerializeStruct;
-        serialize_struct_variant(
-            name: &'static str, index: u32, variant: &'static str, len: usize
-        ) -> Self::SerializeStructVariant;
-    }
-
-    fn serialize_some<T: Serialize + ?Sized>(self, _value: &T) -> Result<(), Error> {
-        Err(unsupported("a raw value that is not text"))
-    }
-
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(
-        self,
-        _name: &'static str,
-        _value: &T,
-    ) -> Result<(), Error> {
-        Err(unsupported("a raw value that is not text"))
-    }
-
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-        _value: &T,
-    ) -> Result<(), Error> {
-        Err(unsupported("a raw value that is not text"))
+        serialize_unit_variant(&'static str, u32, &'static str) -> ();
+        serialize_seq(Option<usize>) -> Self::SerializeSeq;
+        serialize_tuple(usize) -> Self::SerializeTuple;
+        serialize_tuple_struct(&'static str, usize) -> Self::SerializeTupleStruct;
+        serialize_tuple_variant(&'static str, u32, &'static str, usize)
+            -> Self::SerializeTupleVariant;
+        serialize_map(Option<usize>) -> Self::SerializeMap;
+        serialize_struct(&'static str, usize) -> Self::SerializeStruct;
+        serialize_struct_variant(&'static str, u32, &'static str, usize)
+            -> Self::SerializeStructVariant;
+        serialize_some<T>(&T) -> ();
+        serialize_newtype_struct<T>(&'static str, &T) -> ();
+        serialize_newtype_variant<T>(&'static str, u32, &'static str, &T) -> ();
     }
 }
 
