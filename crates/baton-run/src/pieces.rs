@@ -131,6 +131,9 @@ impl<Id: Copy> LastCut<Id> {
             })
             .collect();
         heads.sort_unstable();
+        // Kept for a while and counted against a store's bound: no spare room.
+        pieces.shrink_to_fit();
+        heads.shrink_to_fit();
         Some(LastCut {
             body,
             pieces,
@@ -146,6 +149,14 @@ impl<Id: Copy> LastCut<Id> {
     /// Whether the body is empty.
     pub fn is_empty(&self) -> bool {
         self.body.is_empty()
+    }
+
+    /// Bytes this cut holds in memory: its body and its tables of pieces
+    /// (each piece's place and id, and the index of their first bytes).
+    pub fn footprint(&self) -> usize {
+        self.body.len()
+            + self.pieces.capacity() * std::mem::size_of::<(usize, usize, Id)>()
+            + self.heads.capacity() * std::mem::size_of::<(u64, u32)>()
     }
 
     /// The piece of the last cut that the cutter would cut at the start of
@@ -186,7 +197,8 @@ impl<Id: Copy> LastCut<Id> {
 #[derive(Debug)]
 pub struct LastCuts<Key, Tag, Id> {
     trees: std::collections::BTreeMap<Key, Kept<Tag, Id>>,
-    /// Bytes of the bodies kept (shared with the records that hold them).
+    /// Bytes the cuts kept hold ([`LastCut::footprint`]: their bodies,
+    /// shared with the records that hold them, and their piece tables).
     bytes: usize,
     /// Bumped on each keep, so the least recently kept tree goes first.
     stamp: u64,
@@ -202,8 +214,9 @@ struct Kept<Tag, Id> {
 }
 
 impl<Key: Ord + Copy, Tag: Eq + Copy, Id: Copy> LastCuts<Key, Tag, Id> {
-    /// An empty memory of at most `max_trees` cuts and `max_bytes` bytes of
-    /// bodies; a single body over a quarter of `max_bytes` is not kept.
+    /// An empty memory of at most `max_trees` cuts holding at most
+    /// `max_bytes` bytes (bodies and piece tables); a single cut over a
+    /// quarter of `max_bytes` is not kept.
     pub fn new(max_trees: usize, max_bytes: usize) -> LastCuts<Key, Tag, Id> {
         LastCuts {
             trees: std::collections::BTreeMap::new(),
@@ -226,11 +239,11 @@ impl<Key: Ord + Copy, Tag: Eq + Copy, Id: Copy> LastCuts<Key, Tag, Id> {
     /// recently kept trees beyond the bounds.
     pub fn keep(&mut self, key: Key, tag: Tag, cut: LastCut<Id>) {
         self.forget(key);
-        if cut.len() > self.max_bytes / 4 {
+        if cut.footprint() > self.max_bytes / 4 {
             return;
         }
         self.stamp += 1;
-        self.bytes += cut.len();
+        self.bytes += cut.footprint();
         let stamp = self.stamp;
         self.trees.insert(key, Kept { stamp, tag, cut });
         while self.bytes > self.max_bytes || self.trees.len() > self.max_trees {
@@ -249,7 +262,7 @@ impl<Key: Ord + Copy, Tag: Eq + Copy, Id: Copy> LastCuts<Key, Tag, Id> {
     /// Forgets tree `key` (its pieces may be deleted).
     pub fn forget(&mut self, key: Key) {
         if let Some(kept) = self.trees.remove(&key) {
-            self.bytes -= kept.cut.len();
+            self.bytes -= kept.cut.footprint();
         }
     }
 
@@ -259,7 +272,7 @@ impl<Key: Ord + Copy, Tag: Eq + Copy, Id: Copy> LastCuts<Key, Tag, Id> {
         self.bytes = 0;
     }
 
-    /// Bytes of the bodies kept.
+    /// Bytes the cuts kept hold, bodies and piece tables.
     pub fn bytes(&self) -> usize {
         self.bytes
     }
@@ -456,5 +469,37 @@ mod tests {
         assert!(cuts.get(14, 8).is_none());
         cuts.clear();
         assert_eq!(cuts.bytes(), 0);
+    }
+
+    /// The bound counts what a cut holds besides its body: a body of many
+    /// small pieces carries tables several times its own size, and those
+    /// count against the memory's bytes as the body does.
+    #[test]
+    fn last_cuts_count_their_piece_tables_against_the_bound() {
+        fn many_pieces() -> LastCut<[u8; 32]> {
+            let body = std::sync::Arc::from(vec![7u8; 4096]);
+            LastCut::new(body, (0..512u32).map(|i| (8usize, [i as u8; 32]))).expect("adds up")
+        }
+        let footprint = many_pieces().footprint();
+        assert!(
+            footprint >= 4096 + 512 * (48 + 16),
+            "{footprint} bytes for a 4 KB body in 512 pieces"
+        );
+        let mut cuts = LastCuts::new(64, footprint * 4);
+        for key in 1..6 {
+            cuts.keep(key, 0, many_pieces());
+        }
+        assert_eq!(
+            cuts.bytes(),
+            footprint * 4,
+            "four fit, the fifth evicted one"
+        );
+        assert!(
+            cuts.get(1, 0).is_none(),
+            "the oldest went to stay within the bound"
+        );
+        assert!(cuts.get(5, 0).is_some());
+        cuts.forget(5);
+        assert_eq!(cuts.bytes(), footprint * 3);
     }
 }

@@ -62,9 +62,9 @@ pub(crate) struct CutTag {
     pub(crate) row: i64,
 }
 
-/// A memory of at most 1,024 trees' last cuts and 32 MiB of their bodies
-/// (shared with the records the engine wrote, so a tree costs nothing
-/// beyond its last body).
+/// A memory of at most 1,024 trees' last cuts holding at most 32 MiB: their
+/// bodies (shared with the records the engine wrote, so a tree costs
+/// nothing beyond its last body) and their tables of pieces.
 pub(crate) fn cuts() -> Cuts {
     Cuts::new(1024, 32 << 20)
 }

@@ -15,8 +15,9 @@
 use baton_run::store::{LastCut, LastCuts};
 use rusqlite::Connection;
 
-/// The bodies kept at most, in bytes (they are shared with the records the
-/// engine wrote, so a tree costs nothing beyond its last body).
+/// The bytes the cuts kept hold at most: their bodies (shared with the
+/// records the engine wrote, so a tree costs nothing beyond its last body)
+/// and their tables of pieces.
 const MAX_BYTES: usize = 32 << 20;
 
 /// The trees remembered at most.
