@@ -11,7 +11,10 @@
 //! value) the caller falls back to the general way, which then decides.
 //!
 //! The same serializer, with keys left in the order they come
-//! ([`to_compact`]), writes exactly what `serde_json::to_writer` writes:
+//! ([`to_compact`]), writes exactly what `serde_json::to_writer` writes, or
+//! leaves the value to serde_json where it cannot vouch for that (a
+//! misstated length, a map key without its value, an arbitrary-precision
+//! number):
 //! records and tree snapshots are that text, and serde_json's own writer
 //! checks every byte of every string for escapes one at a time, where this
 //! one checks a word at a time and copies raw payload text without taking
@@ -26,6 +29,11 @@ type Error = serde_json::Error;
 
 /// The newtype / struct name by which serde_json's raw values travel.
 pub(crate) const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
+
+/// The struct name by which serde_json's numbers travel when its
+/// `arbitrary_precision` feature is on: left to serde_json, which writes
+/// them as numbers.
+const NUMBER_TOKEN: &str = "$serde_json::private::Number";
 
 /// Canonical JSON text of `value`, or an error when this serializer cannot
 /// vouch for the result (the caller then takes the general way).
@@ -57,6 +65,18 @@ pub(crate) fn to_compact<T: Serialize + ?Sized>(value: &T) -> Result<Arc<[u8]>, 
         }
         Ok(Arc::from(out.as_slice()))
     })
+}
+
+/// What [`to_compact`] writes without its fallback, or why it falls back:
+/// tests check that the kernel's own values never need serde_json.
+#[cfg(test)]
+pub(crate) fn compact_only<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, Error> {
+    let mut out = Vec::new();
+    value.serialize(Canon {
+        out: &mut out,
+        keys: Keys::AsGiven,
+    })?;
+    Ok(out)
 }
 
 /// Runs `write` on an empty buffer kept per thread, for text that is then
@@ -200,6 +220,17 @@ enum Keys {
     Sorted,
     /// As the value gives them, repeats and all: serde_json's own output.
     AsGiven,
+}
+
+impl Keys {
+    /// Whether a container declared with `len` must refuse any element.
+    /// serde_json closes a container declared empty at once, so elements
+    /// that come anyway (a `Serialize` that misstates its length) follow
+    /// the closing bracket in its output; as given, such a value is left
+    /// to serde_json. A `Value`, which sorted keys stand for, takes them.
+    fn declared_empty(self, len: Option<usize>) -> bool {
+        self == Keys::AsGiven && len == Some(0)
+    }
 }
 
 struct Canon<'a> {
@@ -366,13 +397,14 @@ impl<'a> ser::Serializer for Canon<'a> {
         Ok(())
     }
 
-    fn serialize_seq(self, _len: Option<usize>) -> Result<Seq<'a>, Error> {
+    fn serialize_seq(self, len: Option<usize>) -> Result<Seq<'a>, Error> {
         self.out.push(b'[');
         Ok(Seq {
             out: self.out,
             keys: self.keys,
             first: true,
             variant: false,
+            declared_empty: self.keys.declared_empty(len),
         })
     }
 
@@ -389,7 +421,7 @@ impl<'a> ser::Serializer for Canon<'a> {
         _name: &'static str,
         _index: u32,
         variant: &'static str,
-        _len: usize,
+        len: usize,
     ) -> Result<Seq<'a>, Error> {
         self.out.push(b'{');
         write_str(self.out, variant)?;
@@ -399,18 +431,22 @@ impl<'a> ser::Serializer for Canon<'a> {
             keys: self.keys,
             first: true,
             variant: true,
+            declared_empty: self.keys.declared_empty(Some(len)),
         })
     }
 
     fn serialize_map(self, len: Option<usize>) -> Result<Object<'a>, Error> {
-        Ok(Object::open(self, len.unwrap_or(0), false))
+        Ok(Object::open(self, len, false))
     }
 
     fn serialize_struct(self, name: &'static str, len: usize) -> Result<Object<'a>, Error> {
         if name == RAW_VALUE_TOKEN {
             return Ok(Object::raw(self));
         }
-        Ok(Object::open(self, len, false))
+        if name == NUMBER_TOKEN {
+            return Err(unsupported("an arbitrary-precision number"));
+        }
+        Ok(Object::open(self, Some(len), false))
     }
 
     fn serialize_struct_variant(
@@ -423,7 +459,7 @@ impl<'a> ser::Serializer for Canon<'a> {
         self.out.push(b'{');
         write_str(self.out, variant)?;
         self.out.push(b':');
-        Ok(Object::open(self, len, true))
+        Ok(Object::open(self, Some(len), true))
     }
 }
 
@@ -433,10 +469,15 @@ struct Seq<'a> {
     first: bool,
     /// A tuple variant: `{"variant":[...]}`.
     variant: bool,
+    /// Declared empty while keys are as given ([`Keys::declared_empty`]).
+    declared_empty: bool,
 }
 
 impl Seq<'_> {
     fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
+        if self.declared_empty {
+            return Err(unsupported("an element after a declared length of zero"));
+        }
         if !self.first {
             self.out.push(b',');
         }
@@ -525,14 +566,16 @@ struct Object<'a> {
     /// serde_json's raw value: one field holding the JSON text, which is
     /// written in place of the object.
     raw: bool,
+    /// Declared empty while keys are as given ([`Keys::declared_empty`]).
+    declared_empty: bool,
 }
 
 impl<'a> Object<'a> {
-    fn open(canon: Canon<'a>, len: usize, variant: bool) -> Object<'a> {
+    fn open(canon: Canon<'a>, len: Option<usize>, variant: bool) -> Object<'a> {
         canon.out.push(b'{');
         let start = canon.out.len();
         let entries = match canon.keys {
-            Keys::Sorted => Vec::with_capacity(len.min(64)),
+            Keys::Sorted => Vec::with_capacity(len.unwrap_or(0).min(64)),
             Keys::AsGiven => Vec::new(),
         };
         Object {
@@ -544,6 +587,7 @@ impl<'a> Object<'a> {
             key: None,
             variant,
             raw: false,
+            declared_empty: canon.keys.declared_empty(len),
         }
     }
 
@@ -559,6 +603,7 @@ impl<'a> Object<'a> {
             key: None,
             variant: false,
             raw: true,
+            declared_empty: false,
         }
     }
 
@@ -567,6 +612,9 @@ impl<'a> Object<'a> {
         key: Cow<'static, str>,
         value: &T,
     ) -> Result<(), Error> {
+        if self.declared_empty {
+            return Err(unsupported("a member after a declared length of zero"));
+        }
         if self.written > 0 {
             self.out.push(b',');
         }
@@ -594,6 +642,9 @@ impl<'a> Object<'a> {
     fn close(mut self) -> Result<(), Error> {
         if self.raw {
             return self.close_raw();
+        }
+        if self.key.is_some() {
+            return Err(unsupported("a map key without a value"));
         }
         let in_order = self.entries.windows(2).all(|w| w[0].key < w[1].key);
         if !in_order {
@@ -639,6 +690,9 @@ impl ser::SerializeMap for Object<'_> {
     type Error = Error;
 
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), Error> {
+        if self.key.is_some() {
+            return Err(unsupported("a map key after a key without a value"));
+        }
         self.key = Some(key.serialize(MapKey)?);
         Ok(())
     }

@@ -292,6 +292,29 @@ mod tests {
         }
     }
 
+    /// The gathering buffer's edges: a prefix that no longer fits, a part
+    /// that fills it exactly, and one longer than it.
+    #[test]
+    fn parts_at_the_gathering_buffers_edges_hash_as_given() {
+        let parts: [&[u8]; 6] = [&[1; 113], &[2; 0], &[3; 112], &[4; 7], &[5; 200], &[6; 1]];
+        for count in 1..=parts.len() {
+            for start in 0..count {
+                let parts = &parts[start..count];
+                let mut hasher = Purpose::Identity.hasher();
+                for part in parts {
+                    hasher.update(&(part.len() as u64).to_le_bytes());
+                    hasher.update(part);
+                }
+                assert_eq!(
+                    Digest::of_parts(Purpose::Identity, parts),
+                    Digest(*hasher.finalize().as_bytes()),
+                    "{} parts from {start}",
+                    parts.len()
+                );
+            }
+        }
+    }
+
     #[test]
     fn parts_are_unambiguous() {
         assert_ne!(

@@ -165,7 +165,7 @@ impl<Id: Copy> LastCut<Id> {
     fn known(&self, rest: &[u8]) -> Option<(usize, Id)> {
         let head = u64::from_le_bytes(*rest.first_chunk::<8>()?);
         let from = self.heads.partition_point(|&(h, _)| h < head);
-        let last = self.pieces.len() - 1;
+        let last = self.pieces.len().checked_sub(1)?;
         self.heads[from..]
             .iter()
             .take_while(|&&(h, _)| h == head)

@@ -194,21 +194,117 @@ fn every_shape_is_written_as_serde_json_writes_it() {
         integer_keys: BTreeMap::from([(-1, true), (2, false)]),
         absent: None,
     };
+    // Written by this serializer itself, not by its fallback.
     assert_eq!(
-        String::from_utf8(to_compact(&everything).unwrap().to_vec()).unwrap(),
+        String::from_utf8(fast(&everything).expect("written here")).unwrap(),
         serde_json::to_string(&everything).unwrap()
     );
-    // Left to serde_json: keys that are not text, integers past 64 bits.
-    let general = (
-        BTreeMap::from([(true, 1), (false, 2)]),
-        u128::MAX,
-        i128::MIN,
-        BTreeMap::from([(u128::MAX, 1)]),
-    );
     assert_eq!(
-        to_compact(&general).unwrap().to_vec(),
-        serde_json::to_vec(&general).unwrap()
+        to_compact(&everything).unwrap().to_vec(),
+        serde_json::to_vec(&everything).unwrap()
     );
+    // 128-bit integers within 64 bits are written here; past them, and keys
+    // that are not text, are left to serde_json, and come out as it writes.
+    let narrow = (u128::from(u64::MAX), i128::from(i64::MIN), 7u128, -7i128);
+    assert_eq!(
+        fast(&narrow).expect("written here"),
+        serde_json::to_vec(&narrow).unwrap()
+    );
+    assert_general(&u128::MAX);
+    assert_general(&i128::MIN);
+    assert_general(&BTreeMap::from([(true, 1), (false, 2)]));
+    assert_general(&BTreeMap::from([(u128::MAX, 1)]));
     // And what serde_json refuses is refused.
     assert!(to_compact(&BTreeMap::from([(vec![1u8], 1)])).is_err());
+}
+
+/// The bytes of `value` from this serializer alone, keys as given (no
+/// fallback to serde_json).
+fn fast<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, Error> {
+    compact_only(value)
+}
+
+/// `value` is one this serializer leaves to serde_json, and the compact
+/// text is then serde_json's own.
+fn assert_general<T: Serialize + ?Sized>(value: &T) {
+    assert!(fast(value).is_err(), "left to serde_json");
+    assert_eq!(
+        to_compact(value).unwrap().to_vec(),
+        serde_json::to_vec(value).unwrap()
+    );
+}
+
+/// A `Serialize` that misuses the serializer in one of the ways serde_json
+/// writes something of its own for.
+enum Misuse {
+    /// Declares an empty sequence, then sends an element.
+    EmptySeq,
+    /// Declares an empty map, then sends an entry.
+    EmptyMap,
+    /// Declares a struct of no fields, then sends one.
+    EmptyStruct,
+    /// Two keys, then one value.
+    TwoKeys,
+    /// A key, then the end.
+    KeyAlone,
+    /// serde_json's arbitrary-precision number, by its struct name.
+    Number,
+}
+
+impl Serialize for Misuse {
+    fn serialize<S: ser::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use ser::{SerializeMap, SerializeSeq, SerializeStruct};
+        match self {
+            Misuse::EmptySeq => {
+                let mut seq = serializer.serialize_seq(Some(0))?;
+                seq.serialize_element(&1)?;
+                seq.end()
+            }
+            Misuse::EmptyMap => {
+                let mut map = serializer.serialize_map(Some(0))?;
+                map.serialize_entry("a", &1)?;
+                map.end()
+            }
+            Misuse::EmptyStruct => {
+                let mut object = serializer.serialize_struct("Empty", 0)?;
+                object.serialize_field("a", &1)?;
+                object.end()
+            }
+            Misuse::TwoKeys => {
+                let mut map = serializer.serialize_map(None)?;
+                map.serialize_key("a")?;
+                map.serialize_key("b")?;
+                map.serialize_value(&1)?;
+                map.end()
+            }
+            Misuse::KeyAlone => {
+                let mut map = serializer.serialize_map(None)?;
+                map.serialize_key("a")?;
+                map.end()
+            }
+            Misuse::Number => {
+                let mut number = serializer.serialize_struct(NUMBER_TOKEN, 1)?;
+                number.serialize_field(NUMBER_TOKEN, "12345678901234567890123")?;
+                number.end()
+            }
+        }
+    }
+}
+
+/// Whatever serde_json makes of a misused serializer, compact text is
+/// the same: this serializer refuses each misuse and leaves it to serde_json.
+#[test]
+fn misused_serializers_are_left_to_serde_json() {
+    for misuse in [
+        Misuse::EmptySeq,
+        Misuse::EmptyMap,
+        Misuse::EmptyStruct,
+        Misuse::TwoKeys,
+        Misuse::KeyAlone,
+        Misuse::Number,
+    ] {
+        assert_general(&misuse);
+    }
+    // Sorted keys stand for a `Value`, which takes a misstated length.
+    assert_eq!(to_text(&Misuse::EmptySeq).unwrap().as_ref(), "[1]");
 }

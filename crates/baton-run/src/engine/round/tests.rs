@@ -353,6 +353,25 @@ fn a_clipped_start_starts_under_a_small_parent_and_starting_it_again_is_the_same
         Some("engine.child.identity_conflict"),
         "an exact start must match the granted budget exactly"
     );
+    tree.apply(&conflict.record).expect("the refusal applies");
+    // The tree's snapshot (a child, its grant, settlements, budgets) and
+    // the records are written by the kernel's own writer, as serde_json
+    // writes them.
+    assert_eq!(
+        crate::canonical::compact_only(&tree).expect("written without serde_json"),
+        serde_json::to_vec(&tree).expect("encodes")
+    );
+    for record in [
+        &refused.record,
+        &started.record,
+        &again.record,
+        &conflict.record,
+    ] {
+        assert_eq!(
+            crate::canonical::compact_only(record).expect("written without serde_json"),
+            serde_json::to_vec(record).expect("encodes")
+        );
+    }
 }
 
 #[test]
