@@ -475,9 +475,6 @@ struct Seq<'a> {
 
 impl Seq<'_> {
     fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
-        if self.declared_empty {
-            return Err(unsupported("an element after a declared length of zero"));
-        }
         if !self.first {
             self.out.push(b',');
         }
@@ -489,6 +486,9 @@ impl Seq<'_> {
     }
 
     fn close(self) -> Result<(), Error> {
+        if self.declared_empty && !self.first {
+            return Err(unsupported("elements after a declared length of zero"));
+        }
         self.out.push(b']');
         if self.variant {
             self.out.push(b'}');
@@ -612,9 +612,6 @@ impl<'a> Object<'a> {
         key: Cow<'static, str>,
         value: &T,
     ) -> Result<(), Error> {
-        if self.declared_empty {
-            return Err(unsupported("a member after a declared length of zero"));
-        }
         if self.written > 0 {
             self.out.push(b',');
         }
@@ -643,8 +640,10 @@ impl<'a> Object<'a> {
         if self.raw {
             return self.close_raw();
         }
-        if self.key.is_some() {
-            return Err(unsupported("a map key without a value"));
+        if self.key.is_some() || (self.declared_empty && self.written > 0) {
+            return Err(unsupported(
+                "a map key without a value, or members after a declared length of zero",
+            ));
         }
         let in_order = self.entries.windows(2).all(|w| w[0].key < w[1].key);
         if !in_order {
