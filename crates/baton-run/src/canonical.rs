@@ -55,15 +55,21 @@ pub(crate) fn to_text<T: Serialize + ?Sized>(value: &T) -> Result<Box<str>, Erro
 /// too.
 pub(crate) fn to_compact<T: Serialize + ?Sized>(value: &T) -> Result<Arc<[u8]>, Error> {
     with_scratch(|out| {
-        let written = value.serialize(Canon {
-            out: &mut *out,
-            keys: Keys::AsGiven,
-        });
-        if written.is_err() {
+        if write_compact(out, value).is_err() {
             out.clear();
             serde_json::to_writer(&mut *out, value)?;
         }
         Ok(Arc::from(out.as_slice()))
+    })
+}
+
+/// Appends what this serializer writes of `value` with keys as given, or
+/// fails where it leaves the value to serde_json ([`to_compact`]'s first
+/// way).
+fn write_compact<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) -> Result<(), Error> {
+    value.serialize(Canon {
+        out,
+        keys: Keys::AsGiven,
     })
 }
 
@@ -72,10 +78,7 @@ pub(crate) fn to_compact<T: Serialize + ?Sized>(value: &T) -> Result<Arc<[u8]>, 
 #[cfg(test)]
 pub(crate) fn compact_only<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, Error> {
     let mut out = Vec::new();
-    value.serialize(Canon {
-        out: &mut out,
-        keys: Keys::AsGiven,
-    })?;
+    write_compact(&mut out, value)?;
     Ok(out)
 }
 

@@ -471,6 +471,21 @@ mod tests {
         assert_eq!(cuts.bytes(), 0);
     }
 
+    /// A cut of an empty body (no pieces) knows nothing, and asking it
+    /// does not underflow.
+    #[test]
+    fn an_empty_cut_knows_no_piece() {
+        let empty: LastCut<usize> =
+            LastCut::new(std::sync::Arc::from(Vec::new()), []).expect("adds up");
+        assert!(empty.is_empty());
+        assert_eq!(empty.known(&[7u8; 64]), None);
+        let next = noise(10_000, 3);
+        assert_eq!(
+            split_after(&next, Some(&empty)).len(),
+            split_pieces(&next).len()
+        );
+    }
+
     /// The bound counts what a cut holds besides its body: a body of many
     /// small pieces carries tables several times its own size, and those
     /// count against the memory's bytes as the body does.

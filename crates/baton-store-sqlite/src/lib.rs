@@ -548,7 +548,6 @@ impl SqliteStore {
             "baton-sqlite-reader",
             Box::new(move || read_loop(&mut reader, &read_queue)),
         )?;
-
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 path,
