@@ -70,7 +70,10 @@ impl Measured {
         let units = units as f64;
         Sample {
             figure: self.seconds * scale / units,
-            cpu: Some(self.cpu_ns as f64 / 1e3 / units),
+            // A thread's CPU time is accounted when it leaves the CPU or at
+            // a scheduler tick, so a phase of a millisecond or two can read
+            // no CPU at all: unknown, not zero.
+            cpu: (self.cpu_ns > 0).then(|| self.cpu_ns as f64 / 1e3 / units),
             bytes_written: self.bytes as f64 / units,
             io_bytes: self.io.map(|io| io as f64 / units),
             ..Sample::default()
@@ -115,4 +118,24 @@ pub struct Sample {
     /// --clients` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p99_us: Option<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measured(cpu_ns: u64) -> Measured {
+        Measured {
+            seconds: 0.002,
+            cpu_ns,
+            bytes: 0,
+            io: None,
+        }
+    }
+
+    #[test]
+    fn a_phase_that_read_no_cpu_reports_its_cpu_as_unknown() {
+        assert_eq!(measured(0).per(50, 1e6).cpu, None);
+        assert_eq!(measured(2_000_000).per(50, 1e6).cpu, Some(40.0));
+    }
 }
