@@ -124,7 +124,7 @@ pub mod dispatch {
 /// backend and check it with `baton-testkit`'s conformance kits; hosts
 /// use [`Store::list`](crate::store::Store::list) to list trees.
 pub mod store {
-    pub use crate::pieces::{LastCut, LastCuts, Piece, split_after, split_pieces};
+    pub use crate::pieces::{CUTS_PER_TREE, LastCut, LastCuts, Piece, split_after, split_pieces};
     pub use crate::rows::{StoredMeta, stored_digest, stored_status, stored_uint};
     pub use crate::storage::{
         AcquireRequest, Acquired, Append, AppendOutcome, Change, ChangeHub, ChangeSender, Changes,

@@ -186,10 +186,17 @@ impl<Id: Copy> LastCut<Id> {
     }
 }
 
-/// The last cuts a store's writer keeps, by tree: a bounded memory of
-/// [`LastCut`]s, the least recently kept going first, each under a tag the
-/// store chooses (a lease's fencing token and the tree's row, say) that a
-/// lookup must name again to find it.
+/// How many recent cuts [`LastCuts`] keeps of one tree. A tree's long
+/// bodies often take turns between kinds (a team's step carrying its whole
+/// state, then a settlement of its children, then its next step), so the
+/// body a new one shares most with is often not the very last one cut.
+pub const CUTS_PER_TREE: usize = 4;
+
+/// The last cuts a store's writer keeps, by tree: a bounded memory of each
+/// recently written tree's last [`CUTS_PER_TREE`] [`LastCut`]s, the least
+/// recently kept tree going first, each tree under a tag the store chooses
+/// (a lease's fencing token and the tree's row, say) that a lookup must
+/// name again to find its cuts.
 ///
 /// It is only ever a cache of what the store committed: a store keeps a
 /// cut once the transaction that stored its pieces has committed, and
@@ -210,7 +217,14 @@ pub struct LastCuts<Key, Tag, Id> {
 struct Kept<Tag, Id> {
     stamp: u64,
     tag: Tag,
-    cut: LastCut<Id>,
+    /// Most recent first; at most [`CUTS_PER_TREE`].
+    cuts: Vec<LastCut<Id>>,
+}
+
+impl<Tag, Id: Copy> Kept<Tag, Id> {
+    fn footprint(&self) -> usize {
+        self.cuts.iter().map(LastCut::footprint).sum()
+    }
 }
 
 impl<Key: Ord + Copy, Tag: Eq + Copy, Id: Copy> LastCuts<Key, Tag, Id> {
@@ -227,25 +241,39 @@ impl<Key: Ord + Copy, Tag: Eq + Copy, Id: Copy> LastCuts<Key, Tag, Id> {
         }
     }
 
-    /// The last cut of tree `key`, if it was kept under `tag`.
-    pub fn get(&self, key: Key, tag: Tag) -> Option<&LastCut<Id>> {
+    /// The last cuts of tree `key`, most recent first, if they were kept
+    /// under `tag` (none otherwise).
+    pub fn get(&self, key: Key, tag: Tag) -> &[LastCut<Id>] {
         self.trees
             .get(&key)
             .filter(|kept| kept.tag == tag)
-            .map(|kept| &kept.cut)
+            .map_or(&[], |kept| &kept.cuts[..])
     }
 
-    /// Keeps `cut` as tree `key`'s last, under `tag`, evicting the least
-    /// recently kept trees beyond the bounds.
+    /// Keeps `cut` as tree `key`'s last, under `tag` (the tree's cuts under
+    /// another tag are forgotten), forgetting its oldest beyond
+    /// [`CUTS_PER_TREE`] and evicting the least recently kept trees beyond
+    /// the bounds. A cut over a quarter of the bytes is not kept.
     pub fn keep(&mut self, key: Key, tag: Tag, cut: LastCut<Id>) {
-        self.forget(key);
+        if self.trees.get(&key).is_some_and(|kept| kept.tag != tag) {
+            self.forget(key);
+        }
         if cut.footprint() > self.max_bytes / 4 {
             return;
         }
         self.stamp += 1;
         self.bytes += cut.footprint();
         let stamp = self.stamp;
-        self.trees.insert(key, Kept { stamp, tag, cut });
+        let kept = self.trees.entry(key).or_insert_with(|| Kept {
+            stamp,
+            tag,
+            cuts: Vec::with_capacity(CUTS_PER_TREE),
+        });
+        kept.stamp = stamp;
+        kept.cuts.insert(0, cut);
+        for old in kept.cuts.drain(CUTS_PER_TREE.min(kept.cuts.len())..) {
+            self.bytes -= old.footprint();
+        }
         while self.bytes > self.max_bytes || self.trees.len() > self.max_trees {
             let oldest = self
                 .trees
@@ -262,7 +290,7 @@ impl<Key: Ord + Copy, Tag: Eq + Copy, Id: Copy> LastCuts<Key, Tag, Id> {
     /// Forgets tree `key` (its pieces may be deleted).
     pub fn forget(&mut self, key: Key) {
         if let Some(kept) = self.trees.remove(&key) {
-            self.bytes -= kept.cut.footprint();
+            self.bytes -= kept.footprint();
         }
     }
 
@@ -278,19 +306,16 @@ impl<Key: Ord + Copy, Tag: Eq + Copy, Id: Copy> LastCuts<Key, Tag, Id> {
     }
 }
 
-/// Cuts `bytes` exactly as [`split_pieces`] does, naming the pieces `last`
-/// (the tree's previous cut, if the store kept it) already holds: those are
-/// found by their first bytes and compared, not scanned for a cut point and
-/// digested again, so a body that shares most of its bytes with the
-/// previous one costs about one comparison pass.
-pub fn split_after<'a, Id: Copy>(
-    bytes: &'a [u8],
-    last: Option<&LastCut<Id>>,
-) -> Vec<Piece<'a, Id>> {
+/// Cuts `bytes` exactly as [`split_pieces`] does, naming the pieces that
+/// `recent` (the tree's previous cuts the store kept, the most recent
+/// first) already hold: those are found by their first bytes and compared,
+/// not scanned for a cut point and digested again, so a body that shares
+/// most of its bytes with one of them costs about one comparison pass.
+pub fn split_after<'a, Id: Copy>(bytes: &'a [u8], recent: &[&LastCut<Id>]) -> Vec<Piece<'a, Id>> {
     let mut pieces = Vec::with_capacity(bytes.len() / 2048 + 1);
     let mut rest = bytes;
     while !rest.is_empty() {
-        if let Some((len, id)) = last.and_then(|last| last.known(rest)) {
+        if let Some((len, id)) = recent.iter().find_map(|cut| cut.known(rest)) {
             let (piece, tail) = rest.split_at(len);
             pieces.push(Piece::Known(piece, id));
             rest = tail;
@@ -407,7 +432,9 @@ mod tests {
             let next = edited(&base, &edits);
             let mut ids = Vec::new();
             let last = recorded(&base, &mut ids);
-            let pieces = split_after(&next, Some(&last));
+            // A more recent cut of other bytes, tried first.
+            let other = recorded(&noise(len / 2, seed ^ 1), &mut ids);
+            let pieces = split_after(&next, &[&other, &last]);
             let bytes: Vec<&[u8]> = pieces.iter().map(Piece::bytes).collect();
             proptest::prop_assert_eq!(&bytes, &split_pieces(&next));
             for piece in &pieces {
@@ -428,14 +455,14 @@ mod tests {
         next.insert(10, b'x');
         next[125_000] ^= 1;
         next.extend_from_slice(b"tail");
-        let pieces = split_after(&next, Some(&last));
+        let pieces = split_after(&next, &[&last]);
         let fresh = pieces
             .iter()
             .filter(|piece| matches!(piece, Piece::Fresh(_)))
             .count();
         assert!(pieces.len() > 50, "{} pieces", pieces.len());
         assert!(fresh <= 6, "{fresh} of {} pieces cut afresh", pieces.len());
-        assert_eq!(split_after::<usize>(&next, None).len(), pieces.len());
+        assert_eq!(split_after::<usize>(&next, &[]).len(), pieces.len());
         assert!(LastCut::new(std::sync::Arc::from(&data[..]), [(1usize, 0usize)]).is_none());
     }
 
@@ -451,22 +478,22 @@ mod tests {
         for key in 0..6 {
             cuts.keep(key, 7, one_piece(size));
         }
-        assert!(cuts.get(0, 7).is_none(), "the oldest is evicted by bytes");
-        assert!(cuts.get(5, 7).is_some());
+        assert!(cuts.get(0, 7).is_empty(), "the oldest is evicted by bytes");
+        assert!(!cuts.get(5, 7).is_empty());
         assert!(cuts.bytes() <= max);
-        assert!(cuts.get(5, 8).is_none(), "another tag finds nothing");
+        assert!(cuts.get(5, 8).is_empty(), "another tag finds nothing");
         cuts.keep(9, 7, one_piece(max));
-        assert!(cuts.get(9, 7).is_none(), "a body too large is not kept");
+        assert!(cuts.get(9, 7).is_empty(), "a body too large is not kept");
         for key in 10..15 {
             cuts.keep(key, 7, one_piece(10));
         }
-        assert!(cuts.get(10, 7).is_none(), "the oldest is evicted by count");
-        assert!(cuts.get(14, 7).is_some());
+        assert!(cuts.get(10, 7).is_empty(), "the oldest is evicted by count");
+        assert!(!cuts.get(14, 7).is_empty());
         cuts.keep(14, 8, one_piece(10));
-        assert!(cuts.get(14, 7).is_none(), "a new tag replaces the old");
-        assert!(cuts.get(14, 8).is_some());
+        assert!(cuts.get(14, 7).is_empty(), "a new tag replaces the old");
+        assert!(!cuts.get(14, 8).is_empty());
         cuts.forget(14);
-        assert!(cuts.get(14, 8).is_none());
+        assert!(cuts.get(14, 8).is_empty());
         cuts.clear();
         assert_eq!(cuts.bytes(), 0);
     }
@@ -481,7 +508,7 @@ mod tests {
         assert_eq!(empty.known(&[7u8; 64]), None);
         let next = noise(10_000, 3);
         assert_eq!(
-            split_after(&next, Some(&empty)).len(),
+            split_after(&next, &[&empty]).len(),
             split_pieces(&next).len()
         );
     }
@@ -510,11 +537,84 @@ mod tests {
             "four fit, the fifth evicted one"
         );
         assert!(
-            cuts.get(1, 0).is_none(),
+            cuts.get(1, 0).is_empty(),
             "the oldest went to stay within the bound"
         );
-        assert!(cuts.get(5, 0).is_some());
+        assert_eq!(cuts.get(5, 0).len(), 1);
         cuts.forget(5);
         assert_eq!(cuts.bytes(), footprint * 3);
+    }
+
+    /// A tree keeps its last few cuts, the most recent first; an older one
+    /// leaves the memory (and its bytes) when a newer one pushes it out,
+    /// and another tag starts the tree's cuts over.
+    #[test]
+    fn a_tree_keeps_its_last_few_cuts_the_most_recent_first() {
+        let mut cuts = LastCuts::new(16, 1 << 20);
+        for len in 1..=CUTS_PER_TREE + 2 {
+            cuts.keep(3, 7, one_piece(len * 100));
+        }
+        let lens: Vec<usize> = cuts.get(3, 7).iter().map(LastCut::len).collect();
+        let newest = CUTS_PER_TREE + 2;
+        let expected: Vec<usize> = (0..CUTS_PER_TREE).map(|i| (newest - i) * 100).collect();
+        assert_eq!(lens, expected);
+        let held: usize = cuts.get(3, 7).iter().map(LastCut::footprint).sum();
+        assert_eq!(
+            cuts.bytes(),
+            held,
+            "the pushed-out cuts' bytes are released"
+        );
+        cuts.keep(3, 8, one_piece(50));
+        assert_eq!(cuts.get(3, 8).len(), 1, "another tag starts over");
+        assert!(cuts.get(3, 7).is_empty());
+        assert_eq!(cuts.bytes(), one_piece(50).footprint());
+        // A cut too large to keep leaves the tree's earlier cuts in place.
+        let mut small = LastCuts::new(16, 4096);
+        small.keep(1, 0, one_piece(100));
+        small.keep(1, 0, one_piece(4096));
+        assert_eq!(small.get(1, 0).len(), 1);
+        assert_eq!(small.get(1, 0)[0].len(), 100);
+    }
+
+    /// A body that shares its bytes with a cut older than the tree's last
+    /// (the tree's bodies took turns between two kinds) is found in that
+    /// cut: only the pieces around its edits are cut afresh.
+    #[test]
+    fn a_body_is_found_in_any_of_the_recent_cuts() {
+        let mut ids = Vec::new();
+        let state = noise(200_000, 21);
+        let settlement = noise(20_000, 22);
+        let older = recorded(&state, &mut ids);
+        let last = recorded(&settlement, &mut ids);
+        let mut next = state.clone();
+        next.splice(5..5, *b"a new head").for_each(drop);
+        next.extend_from_slice(b"and a new tail");
+        let fresh = |pieces: &[Piece<'_, usize>]| {
+            pieces
+                .iter()
+                .filter(|piece| matches!(piece, Piece::Fresh(_)))
+                .count()
+        };
+        let only_last = split_after(&next, &[&last]);
+        assert_eq!(
+            fresh(&only_last),
+            only_last.len(),
+            "the last cut shares nothing"
+        );
+        let both = split_after(&next, &[&last, &older]);
+        assert!(both.len() > 40, "{} pieces", both.len());
+        assert!(
+            fresh(&both) <= 4,
+            "{} of {} cut afresh",
+            fresh(&both),
+            both.len()
+        );
+        let bytes: Vec<&[u8]> = both.iter().map(Piece::bytes).collect();
+        assert_eq!(bytes, split_pieces(&next));
+        for piece in &both {
+            if let Piece::Known(bytes, id) = piece {
+                assert_eq!(*bytes, ids[*id].as_slice());
+            }
+        }
     }
 }

@@ -42,10 +42,11 @@ pub(crate) fn state_digest(state: &[u8]) -> [u8; 32] {
 /// Cuts `bytes` into content-defined pieces: the kernel's shared rule.
 pub(crate) use baton_run::store::split_pieces as split;
 
-/// The writer's memory of each recently written tree's last cut, under the
-/// fencing token it was written with and the tree's row: the next body of
-/// the tree, appended under the same token to the same row, reuses the
-/// pieces the two share by comparison instead of cutting, digesting and
+/// The writer's memory of each recently written tree's last few cuts
+/// (`baton_run::store::CUTS_PER_TREE`), under the fencing token they were
+/// written with and the tree's row: the next body of the tree, appended
+/// under the same token to the same row, reuses the pieces it shares with
+/// any of them by comparison instead of cutting, digesting and
 /// sending them again (`baton_run::store::split_after`). Only the holder of
 /// a token can append to its tree, so nobody else can have changed the
 /// tree's pieces while the token is current; the writer forgets a tree
@@ -64,7 +65,7 @@ pub(crate) struct CutTag {
 
 /// A memory of at most 1,024 trees' last cuts holding at most 32 MiB: their
 /// bodies (shared with the records the engine wrote, so a tree costs
-/// nothing beyond its last body) and their tables of pieces.
+/// nothing beyond its last few bodies) and their tables of pieces.
 pub(crate) fn cuts() -> Cuts {
     Cuts::new(1024, 32 << 20)
 }

@@ -48,10 +48,10 @@
 //!   each piece is stored once per tree under its blake3 digest and the row
 //!   keeps a manifest of digests, so a step that edits a few bytes of a
 //!   large state writes the pieces around the edit and a manifest. The
-//!   writer remembers each recently written tree's last cut under the
-//!   fencing token it was written with, so the next body appended under
-//!   the same token finds the pieces the two share by comparison and sends
-//!   only the others (nobody else can change a tree's pieces while its
+//!   writer remembers each recently written tree's last few cuts under the
+//!   fencing token they were written with, so the next body appended under
+//!   the same token finds the pieces it shares with any of them by
+//!   comparison and sends only the others (nobody else can change a tree's pieces while its
 //!   token is current; the writer forgets a tree before any transaction
 //!   that snapshots or releases it, and every tree before a prune).
 //! - **Snapshots and compaction.** [`PostgresConfig::compact`] (default on)

@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use baton_run::log::{Record, Snapshot};
 use baton_run::store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, CreateTree, Created, LastCut, Lease, Piece,
-    StoreError, TreeStatus, split_after,
+    AcquireRequest, Acquired, Append, AppendOutcome, CUTS_PER_TREE, CreateTree, Created, LastCut,
+    Lease, Piece, StoreError, TreeStatus, split_after,
 };
 use baton_run::{Digest, Timestamp, TreeId};
 use deadpool_postgres::{GenericClient, Pool};
@@ -138,13 +138,17 @@ pub(crate) async fn write_loop(
 }
 
 /// The cuts a committed group leaves, to keep: by tree, what its bodies
-/// were appended under and the last long body's cut.
-type Kept = BTreeMap<TreeId, (CutTag, LastCut<[u8; DIGEST_LEN]>)>;
+/// were appended under and the cuts of its last long bodies (at most
+/// [`CUTS_PER_TREE`], the most recent first).
+type Kept = BTreeMap<TreeId, (CutTag, Vec<LastCut<[u8; DIGEST_LEN]>>)>;
 
-/// Keeps the cuts of a group that committed.
+/// Keeps the cuts of a group that committed, the oldest first, so the
+/// memory's most recent is the group's.
 fn keep(cuts: &mut Cuts, kept: Kept) {
-    for (tree, (tag, cut)) in kept {
-        cuts.keep(tree, tag, cut);
+    for (tree, (tag, group)) in kept {
+        for cut in group.into_iter().rev() {
+            cuts.keep(tree, tag, cut);
+        }
     }
 }
 
@@ -525,20 +529,28 @@ impl<'a> Group<'a> {
     /// lease goes on (`holds`).
     fn records(&mut self, tree: TreeId, key: i64, token: u64, holds: bool, records: &'a [Record]) {
         let tag = CutTag { token, row: key };
-        let last = match self.kept.get(&tree) {
-            Some((kept, cut)) if *kept == tag => Some(cut),
-            Some(_) => None,
-            None => self.cuts.get(tree, tag),
+        // This group's cuts of the tree, then the ones committed before it,
+        // the most recent first; another token's cuts serve nothing.
+        let (group, committed): (&[LastCut<_>], &[LastCut<_>]) = match self.kept.get(&tree) {
+            Some((kept, group)) if *kept == tag => (group, self.cuts.get(tree, tag)),
+            Some(_) => (&[], &[]),
+            None => (&[], self.cuts.get(tree, tag)),
         };
-        let cut = self.pending.records(key, records, last);
-        match cut {
-            Some(cut) if holds => {
-                self.kept.insert(tree, (tag, cut));
-            }
-            _ => {
-                self.kept.remove(&tree);
-            }
+        let recent: Vec<&LastCut<_>> = group.iter().chain(committed).collect();
+        let mut cuts = self.pending.records(key, records, &recent);
+        if !holds {
+            self.kept.remove(&tree);
+            return;
         }
+        match self.kept.remove(&tree) {
+            Some((kept, group)) if kept == tag => cuts.extend(group),
+            _ => {}
+        }
+        cuts.truncate(CUTS_PER_TREE);
+        if cuts.is_empty() {
+            return;
+        }
+        self.kept.insert(tree, (tag, cuts));
     }
 
     /// The row of `tree`, if the tree exists.
@@ -996,24 +1008,25 @@ struct Pending<'a> {
 
 impl<'a> Pending<'a> {
     /// Keeps `records` (of tree `key`) to insert, each long body cut after
-    /// the one before it (the first after `last`, the tree's last cut when
-    /// the writer has it): the pieces a cut shares with the one before are
+    /// the long bodies before it in `records` and the tree's `recent` cuts
+    /// (the most recent first): the pieces a cut shares with those are
     /// stored already and are neither digested nor sent again. Returns the
-    /// cut of the last long body, if any.
+    /// cuts of the long bodies, the last first.
     fn records(
         &mut self,
         key: i64,
         records: &'a [Record],
-        last: Option<&LastCut<[u8; DIGEST_LEN]>>,
-    ) -> Option<LastCut<[u8; DIGEST_LEN]>> {
-        let mut cut: Option<LastCut<[u8; DIGEST_LEN]>> = None;
+        recent: &[&LastCut<[u8; DIGEST_LEN]>],
+    ) -> Vec<LastCut<[u8; DIGEST_LEN]>> {
+        let mut cuts: Vec<LastCut<[u8; DIGEST_LEN]>> = Vec::new();
         for record in records {
             let (body, manifest) = if record.body.len() <= chunk::INLINE_MAX {
                 self.bytes += record.body.len() as u64;
                 (Some(&record.body[..]), None)
             } else {
-                let after = cut.as_ref().or(last);
-                let digests: Vec<(usize, [u8; DIGEST_LEN])> = split_after(&record.body, after)
+                let after: Vec<&LastCut<_>> =
+                    cuts.iter().rev().chain(recent.iter().copied()).collect();
+                let digests: Vec<(usize, [u8; DIGEST_LEN])> = split_after(&record.body, &after)
                     .into_iter()
                     .map(|piece| match piece {
                         Piece::Known(bytes, digest) => (bytes.len(), digest),
@@ -1025,7 +1038,10 @@ impl<'a> Pending<'a> {
                     })
                     .collect();
                 let manifest = chunk::manifest(digests.iter().map(|(_, digest)| digest));
-                cut = LastCut::new(Arc::clone(&record.body), digests);
+                cuts.extend(LastCut::new(Arc::clone(&record.body), digests));
+                if cuts.len() > CUTS_PER_TREE {
+                    cuts.remove(0);
+                }
                 self.bytes += manifest.len() as u64;
                 (None, Some(manifest))
             };
@@ -1037,7 +1053,8 @@ impl<'a> Pending<'a> {
             self.bodies.push(body);
             self.manifests.push(manifest);
         }
-        cut
+        cuts.reverse();
+        cuts
     }
 
     /// Inserts the pieces the trees do not have yet, then the records; the

@@ -1,12 +1,14 @@
-//! The writer's memory of how it last cut each tree's long body into
-//! pieces, so the next body of the same tree (the next step of a process
-//! carrying a large state) reuses the pieces the two share instead of
+//! The writer's memory of how it last cut each tree's long bodies into
+//! pieces (the last few, `baton_run::store::CUTS_PER_TREE`), so the next
+//! body of the same tree (the next step of a process carrying a large
+//! state) reuses the pieces it shares with any of them instead of
 //! scanning, digesting and looking each of them up again
 //! (`baton_run::store::split_after`).
 //!
 //! It is only a cache of what this connection committed: a group that does
-//! not commit forgets everything, a compaction or a prune forgets its
-//! trees, and a commit by any other connection to the file (another
+//! not commit forgets everything, a prune forgets its trees, a compaction
+//! forgets its tree's cuts but the snapshot's own (whose pieces the
+//! snapshot references), and a commit by any other connection to the file (another
 //! process) forgets everything before the cuts are next used (`PRAGMA
 //! data_version`, read once by the first group that stores a long body
 //! after it), so a remembered chunk id always names a stored chunk of its
@@ -16,7 +18,8 @@ use baton_run::store::{LastCut, LastCuts};
 use rusqlite::Connection;
 
 /// The bytes the cuts kept hold at most: their bodies (shared with the
-/// records the engine wrote, so a tree costs nothing beyond its last body)
+/// records the engine wrote, so a tree costs nothing beyond its last few
+/// bodies)
 /// and their tables of pieces.
 const MAX_BYTES: usize = 32 << 20;
 
@@ -69,13 +72,13 @@ impl Cuts {
         self.version = version;
     }
 
-    /// The last cut of tree `key`, if remembered.
-    pub(crate) fn get(&self, key: i64) -> Option<&LastCut<i64>> {
+    /// The last cuts of tree `key` remembered, most recent first.
+    pub(crate) fn get(&self, key: i64) -> &[LastCut<i64>] {
         self.cuts.get(key, ())
     }
 
-    /// Remembers `cut` as tree `key`'s last, evicting the least recently
-    /// written trees beyond the bounds.
+    /// Remembers `cut` as tree `key`'s last (beside a few before it),
+    /// evicting the least recently written trees beyond the bounds.
     pub(crate) fn keep(&mut self, key: i64, cut: LastCut<i64>) {
         self.cuts.keep(key, (), cut);
     }
@@ -125,14 +128,14 @@ mod tests {
         ours.execute("INSERT INTO t VALUES (1)", []).unwrap();
         cuts.begin();
         cuts.check(&ours);
-        assert!(cuts.get(1).is_some(), "our own commits keep the cuts");
+        assert!(!cuts.get(1).is_empty(), "our own commits keep the cuts");
         // A group with no long body checks nothing in between.
         cuts.begin();
         theirs.execute("INSERT INTO t VALUES (2)", []).unwrap();
         cuts.begin();
         cuts.check(&ours);
         assert!(
-            cuts.get(1).is_none(),
+            cuts.get(1).is_empty(),
             "another connection's commit forgets them"
         );
         drop((ours, theirs));

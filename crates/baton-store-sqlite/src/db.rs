@@ -126,14 +126,20 @@ fn listed(meta: &TreeMeta) -> Listed<'_> {
     )
 }
 
-/// How a body is stored: inline bytes, or a manifest of chunk ids.
-type Stored = (Option<Vec<u8>>, Option<Vec<u8>>);
+/// How a body is stored: inline bytes, or a manifest of chunk ids with the
+/// cut that made it (for the writer to remember).
+struct Stored {
+    body: Option<Vec<u8>>,
+    chunks: Option<Vec<u8>>,
+    cut: Option<LastCut<i64>>,
+}
 
-/// Stores `bytes` inline or as chunks of tree `key`; returns `(body, chunks)`.
+/// Stores `bytes` inline or as chunks of tree `key`.
 ///
-/// A long body is cut the kernel's way; the pieces the tree's last cut
+/// A long body is cut the kernel's way; the pieces the tree's last cuts
 /// (remembered by this writer) already stored are taken as they are, the
-/// others are looked up by digest and stored if new. Adds to
+/// others are looked up by digest and stored if new; the caller remembers
+/// the new cut. Adds to
 /// `written.bytes` the payload bytes this stores: the inline body, or the
 /// manifest plus each piece that was not already stored for the tree (see
 /// `SqliteStore::bytes_written`).
@@ -145,7 +151,11 @@ fn encode(
 ) -> Result<Stored, StoreError> {
     if bytes.len() <= chunk::INLINE_MAX {
         written.bytes += bytes.len() as u64;
-        return Ok((Some(bytes.to_vec()), None));
+        return Ok(Stored {
+            body: Some(bytes.to_vec()),
+            chunks: None,
+            cut: None,
+        });
     }
     let mut find = conn
         .prepare_cached("SELECT id FROM chunks WHERE tree = ?1 AND digest = ?2")
@@ -155,7 +165,8 @@ fn encode(
         .map_err(storage)?;
     // Inside the group's transaction: no other connection commits until ours.
     written.cuts.check(conn);
-    let pieces = split_after(bytes, written.cuts.get(key));
+    let recent: Vec<&LastCut<i64>> = written.cuts.get(key).iter().collect();
+    let pieces = split_after(bytes, &recent);
     let mut manifest = Vec::with_capacity(pieces.len() * 3);
     let mut lens = Vec::with_capacity(pieces.len());
     for piece in pieces {
@@ -183,11 +194,11 @@ fn encode(
         lens.push((piece.bytes().len(), id));
     }
     written.bytes += manifest.len() as u64;
-    match LastCut::new(Arc::clone(bytes), lens) {
-        Some(cut) => written.cuts.keep(key, cut),
-        None => written.cuts.forget(key),
-    }
-    Ok((None, Some(manifest)))
+    Ok(Stored {
+        body: None,
+        chunks: Some(manifest),
+        cut: LastCut::new(Arc::clone(bytes), lens),
+    })
 }
 
 /// Reassembles bytes stored by [`encode`].
@@ -539,7 +550,10 @@ fn insert_records(
         )
         .map_err(storage)?;
     for record in records {
-        let (body, chunks) = encode(conn, key, &record.body, written)?;
+        let Stored { body, chunks, cut } = encode(conn, key, &record.body, written)?;
+        if let Some(cut) = cut {
+            written.cuts.keep(key, cut);
+        }
         insert
             .execute(params![
                 key,
@@ -744,7 +758,7 @@ pub(crate) fn write_snapshot(
     if snapshot.seq > head || behind || covered != Some(snapshot.head) {
         return Ok(AppendOutcome::Conflict { head });
     }
-    let (body, chunks) = encode(conn, row.key, &snapshot.state, written)?;
+    let Stored { body, chunks, cut } = encode(conn, row.key, &snapshot.state, written)?;
     conn.prepare_cached(
         "INSERT OR REPLACE INTO snapshots (tree, seq, head, digest, body, chunks)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -765,7 +779,13 @@ pub(crate) fn write_snapshot(
             .execute(params![row.key, int(snapshot.seq)])
             .map_err(storage)?;
         collect_chunks(conn, row.key)?;
+        // The cuts of deleted records may name deleted chunks; the
+        // snapshot's own are all referenced by it, and the tree's next
+        // step shares most of them.
         written.cuts.forget(row.key);
+    }
+    if let Some(cut) = cut {
+        written.cuts.keep(row.key, cut);
     }
     Ok(AppendOutcome::Committed)
 }

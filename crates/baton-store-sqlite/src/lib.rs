@@ -43,11 +43,12 @@
 //!   are scoped to their tree so compaction and pruning collect them by
 //!   reading one tree only. Reassembly is a concatenation, so the bytes
 //!   read are exactly the bytes hashed into the chain; `verify` checks it.
-//!   The writer remembers each recently written tree's last cut, so the
-//!   pieces a new body shares with the previous one are found by
-//!   comparison rather than cut, digested and looked up again (a cache of
-//!   this connection's commits only: forgotten on a rollback, a
-//!   compaction, a prune or another connection's commit).
+//!   The writer remembers each recently written tree's last few cuts, so
+//!   the pieces a new body shares with any of them (a tree's bodies often
+//!   take turns between kinds) are found by comparison rather than cut,
+//!   digested and looked up again (a cache of this connection's commits
+//!   only: forgotten on a rollback, a prune or another connection's
+//!   commit, and on a compaction but for the snapshot's own cut).
 //! - **Snapshots and compaction.** [`SqliteConfig::compact`] (default on)
 //!   deletes the records a snapshot covers and the pieces nothing
 //!   references any more; the snapshot keeps the chain head it covers, so
