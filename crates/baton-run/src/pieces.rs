@@ -287,6 +287,15 @@ impl<Key: Ord + Copy, Tag: Eq + Copy, Id: Copy> LastCuts<Key, Tag, Id> {
         }
     }
 
+    /// Forgets tree `key`, handing over its cuts and their tag: for a
+    /// store to cut one more body by them (a snapshot that compacts the
+    /// tree, say) while they are still good, without keeping them.
+    pub fn take(&mut self, key: Key) -> Option<(Tag, Vec<LastCut<Id>>)> {
+        let kept = self.trees.remove(&key)?;
+        self.bytes -= kept.footprint();
+        Some((kept.tag, kept.cuts))
+    }
+
     /// Forgets tree `key` (its pieces may be deleted).
     pub fn forget(&mut self, key: Key) {
         if let Some(kept) = self.trees.remove(&key) {
@@ -568,6 +577,11 @@ mod tests {
         assert_eq!(cuts.get(3, 8).len(), 1, "another tag starts over");
         assert!(cuts.get(3, 7).is_empty());
         assert_eq!(cuts.bytes(), one_piece(50).footprint());
+        let (tag, taken) = cuts.take(3).expect("kept");
+        assert_eq!((tag, taken.len(), taken[0].len()), (8, 1, 50));
+        assert!(cuts.get(3, 8).is_empty(), "taken cuts are forgotten");
+        assert_eq!(cuts.bytes(), 0);
+        assert!(cuts.take(3).is_none());
         // A cut too large to keep leaves the tree's earlier cuts in place.
         let mut small = LastCuts::new(16, 4096);
         small.keep(1, 0, one_piece(100));

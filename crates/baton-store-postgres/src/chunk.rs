@@ -39,9 +39,6 @@ pub(crate) fn state_digest(state: &[u8]) -> [u8; 32] {
     *hasher.finalize().as_bytes()
 }
 
-/// Cuts `bytes` into content-defined pieces: the kernel's shared rule.
-pub(crate) use baton_run::store::split_pieces as split;
-
 /// The writer's memory of each recently written tree's last few cuts
 /// (`baton_run::store::CUTS_PER_TREE`), under the fencing token they were
 /// written with and the tree's row: the next body of the tree, appended
@@ -50,8 +47,11 @@ pub(crate) use baton_run::store::split_pieces as split;
 /// sending them again (`baton_run::store::split_after`). Only the holder of
 /// a token can append to its tree, so nobody else can have changed the
 /// tree's pieces while the token is current; the writer forgets a tree
-/// before each transaction that snapshots it (a compaction deletes pieces)
-/// or releases it, and every tree before a prune, whatever their outcome.
+/// before each transaction that releases it, and every tree before a
+/// prune, whatever their outcome, and takes a tree's cuts out before each
+/// transaction that snapshots it (a compaction deletes pieces): they serve
+/// that snapshot's state only, and the snapshot's own cut is kept if it
+/// commits.
 pub(crate) type Cuts = baton_run::store::LastCuts<baton_run::TreeId, CutTag, [u8; DIGEST_LEN]>;
 
 /// What a remembered cut was written under: the lease's fencing token and

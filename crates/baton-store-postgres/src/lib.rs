@@ -51,9 +51,13 @@
 //!   writer remembers each recently written tree's last few cuts under the
 //!   fencing token they were written with, so the next body appended under
 //!   the same token finds the pieces it shares with any of them by
-//!   comparison and sends only the others (nobody else can change a tree's pieces while its
-//!   token is current; the writer forgets a tree before any transaction
-//!   that snapshots or releases it, and every tree before a prune).
+//!   comparison and sends only the others (nobody else can change a
+//!   tree's pieces while its token is current). The writer forgets a tree
+//!   before any transaction that releases it, and every tree before a
+//!   prune; before one that snapshots it, it takes the tree's cuts out of
+//!   its memory to cut the snapshot's state by, and keeps only the
+//!   snapshot's own cut once that transaction (and its compaction)
+//!   committed.
 //! - **Snapshots and compaction.** [`PostgresConfig::compact`] (default on)
 //!   deletes the records a snapshot covers and the pieces nothing
 //!   references any more; the snapshot keeps the chain head it covers.

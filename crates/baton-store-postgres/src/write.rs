@@ -157,20 +157,32 @@ fn keep(cuts: &mut Cuts, kept: Kept) {
 /// for a prune) or whose lease it gives up (their cuts can serve no later
 /// append). A cut kept by an earlier transaction (an earlier part of a
 /// queue split around a prune, or a write retried alone) thus never
-/// outlives a compaction.
-fn forget_touched(cuts: &mut Cuts, writes: &[Write]) {
+/// outlives a compaction. Returns the cuts of the trees it snapshots: good
+/// for cutting the snapshot's state (its compaction runs after the
+/// snapshot is stored and keeps what the snapshot names), never kept.
+fn forget_touched(cuts: &mut Cuts, writes: &[Write]) -> Kept {
+    let mut taken = Kept::new();
     for write in writes {
         match write {
-            Write::Snapshot(tree, ..) | Write::Release(tree, ..) => cuts.forget(*tree),
+            Write::Snapshot(tree, ..) => {
+                if let Some(cuts) = cuts.take(*tree) {
+                    taken.insert(*tree, cuts);
+                }
+            }
+            Write::Release(tree, ..) => cuts.forget(*tree),
             Write::Append(batch, _) => {
                 for append in batch.iter().filter(|append| append.release) {
                     cuts.forget(append.tree);
                 }
             }
-            Write::Prune(..) => cuts.clear(),
+            Write::Prune(..) => {
+                cuts.clear();
+                taken.clear();
+            }
             Write::Acquire(..) | Write::Create(..) | Write::Renew(..) => {}
         }
     }
+    taken
 }
 
 /// Applies a group, retrying it whole after a serialization failure and one
@@ -179,10 +191,10 @@ async fn apply(pool: &Pool, group: Vec<Write>, settings: &Settings, cuts: &mut C
     if group.is_empty() {
         return;
     }
-    forget_touched(cuts, &group);
+    let taken = forget_touched(cuts, &group);
     let mut attempts = 0;
     let error = loop {
-        match run_group(pool, &group, settings, cuts).await {
+        match run_group(pool, &group, settings, (cuts, &taken)).await {
             Ok((written, bytes, kept)) => {
                 settings.written.fetch_add(bytes, Ordering::AcqRel);
                 keep(cuts, kept);
@@ -213,10 +225,10 @@ async fn apply(pool: &Pool, group: Vec<Write>, settings: &Settings, cuts: &mut C
 /// Applies one write in a transaction of its own.
 async fn alone(pool: &Pool, write: Write, settings: &Settings, cuts: &mut Cuts) {
     let group = [write];
-    forget_touched(cuts, &group);
+    let taken = forget_touched(cuts, &group);
     let mut attempts = 0;
     let result = loop {
-        match run_group(pool, &group, settings, cuts).await {
+        match run_group(pool, &group, settings, (cuts, &taken)).await {
             Err(Failure::Retry(_)) if attempts < RETRIES => attempts += 1,
             Ok((mut written, bytes, kept)) => {
                 settings.written.fetch_add(bytes, Ordering::AcqRel);
@@ -232,13 +244,14 @@ async fn alone(pool: &Pool, write: Write, settings: &Settings, cuts: &mut Cuts) 
     answer(write, result);
 }
 
-/// Runs a group in one transaction; the results of its writes, the
-/// payload bytes it stored and the cuts it leaves, once committed.
+/// Runs a group in one transaction, with the writer's cuts and those taken
+/// for its snapshots; the results of its writes, the payload bytes it
+/// stored and the cuts it leaves, once committed.
 async fn run_group(
     pool: &Pool,
     group: &[Write],
     settings: &Settings,
-    cuts: &Cuts,
+    cuts: (&Cuts, &Kept),
 ) -> Result<(Vec<Written>, u64, Kept), Failure> {
     let mut client = pool
         .get()
@@ -413,6 +426,9 @@ struct Group<'a> {
     pending: Pending<'a>,
     /// The trees' last cuts before the group, by the writer's memory.
     cuts: &'a Cuts,
+    /// The cuts of the trees the group snapshots, taken from that memory:
+    /// for the snapshots' states only.
+    taken: &'a Kept,
     /// The last cuts of this group's long bodies, kept if it commits.
     kept: Kept,
 }
@@ -427,7 +443,7 @@ impl<'a> Group<'a> {
         tx: &impl GenericClient,
         group: &'a [Write],
         settings: &Settings,
-        cuts: &'a Cuts,
+        (cuts, taken): (&'a Cuts, &'a Kept),
     ) -> Result<Group<'a>, Failure> {
         let mut touched = BTreeSet::new();
         let mut acquired = BTreeSet::new();
@@ -519,6 +535,7 @@ impl<'a> Group<'a> {
             tokens,
             pending: Pending::default(),
             cuts,
+            taken,
             kept: Kept::new(),
         })
     }
@@ -737,10 +754,21 @@ impl<'a> Group<'a> {
             return Ok(AppendOutcome::Fenced);
         }
         let (key, head, head_hash) = (row.key, row.head_seq, row.head_hash);
-        // Its compaction may delete pieces a cut of this group names: the
-        // tree's next body is cut afresh (the writer forgot the tree's
-        // earlier cut before this transaction began).
-        self.kept.remove(&tree);
+        // The cuts its state may reuse: this group's of the tree, then the
+        // ones taken from the writer's memory before this transaction
+        // began. Their pieces are stored until its compaction, which keeps
+        // what the snapshot names; after it, only the snapshot's own cut is
+        // kept.
+        let tag = CutTag { token, row: key };
+        let group = match self.kept.remove(&tree) {
+            Some((kept, cuts)) if kept == tag => cuts,
+            _ => Vec::new(),
+        };
+        let taken: &[LastCut<_>] = match self.taken.get(&tree) {
+            Some((kept, cuts)) if *kept == tag => cuts,
+            _ => &[],
+        };
+        let recent: Vec<&LastCut<_>> = group.iter().chain(taken).collect();
         // It reads and deletes records: those of this group go in first.
         self.insert_pending(tx).await?;
         let previous = query_opt(
@@ -773,7 +801,7 @@ impl<'a> Group<'a> {
             return Ok(AppendOutcome::Conflict { head });
         }
         let mut pieces = Pieces::default();
-        let (body, manifest) = pieces.encode(&snapshot.state);
+        let (body, manifest, cut) = pieces.encode(&snapshot.state, &recent);
         self.bytes += pieces.store(tx, key).await?;
         let state_digest = chunk::state_digest(&snapshot.state);
         execute(
@@ -812,6 +840,9 @@ impl<'a> Group<'a> {
                 &[&key],
             )
             .await?;
+        }
+        if let Some(cut) = cut {
+            self.kept.insert(tree, (tag, vec![cut]));
         }
         Ok(AppendOutcome::Committed)
     }
@@ -1100,6 +1131,13 @@ impl<'a> Pending<'a> {
     }
 }
 
+/// A body stored inline, or its manifest of pieces and its cut.
+type Encoded<'a> = (
+    Option<&'a [u8]>,
+    Option<Vec<u8>>,
+    Option<LastCut<[u8; DIGEST_LEN]>>,
+);
+
 /// The pieces of the bodies of one write, each once.
 #[derive(Default)]
 struct Pieces<'a> {
@@ -1109,24 +1147,33 @@ struct Pieces<'a> {
 }
 
 impl<'a> Pieces<'a> {
-    /// How `bytes` is stored: inline, or as a manifest of pieces (kept to
-    /// be stored with [`Pieces::store`]).
-    fn encode(&mut self, bytes: &'a [u8]) -> (Option<&'a [u8]>, Option<Vec<u8>>) {
+    /// How `bytes` is stored: inline, or as a manifest of pieces, the
+    /// pieces `recent` cuts already hold taken as they are and the others
+    /// kept to be stored with [`Pieces::store`]; with the new cut.
+    fn encode(
+        &mut self,
+        bytes: &'a Arc<[u8]>,
+        recent: &[&LastCut<[u8; DIGEST_LEN]>],
+    ) -> Encoded<'a> {
         if bytes.len() <= chunk::INLINE_MAX {
             self.bytes += bytes.len() as u64;
-            return (Some(bytes), None);
+            return (Some(bytes), None, None);
         }
-        let digests: Vec<[u8; DIGEST_LEN]> = chunk::split(bytes)
+        let digests: Vec<(usize, [u8; DIGEST_LEN])> = split_after(bytes, recent)
             .into_iter()
-            .map(|piece| {
-                let digest = chunk::digest(piece);
-                self.pieces.insert(digest, piece);
-                digest
+            .map(|piece| match piece {
+                Piece::Known(piece, digest) => (piece.len(), digest),
+                Piece::Fresh(piece) => {
+                    let digest = chunk::digest(piece);
+                    self.pieces.insert(digest, piece);
+                    (piece.len(), digest)
+                }
             })
             .collect();
-        let manifest = chunk::manifest(&digests);
+        let manifest = chunk::manifest(digests.iter().map(|(_, digest)| digest));
         self.bytes += manifest.len() as u64;
-        (None, Some(manifest))
+        let cut = LastCut::new(Arc::clone(bytes), digests);
+        (None, Some(manifest), cut)
     }
 
     /// Inserts the pieces tree `key` does not have yet; the payload bytes
