@@ -588,62 +588,6 @@ async fn a_cut_kept_while_a_failed_group_is_retried_write_by_write_never_outlive
     assert_eq!(store.load(t).await.expect("loads").records, [third]);
 }
 
-/// A tree whose long bodies take turns between two kinds (a state, then an
-/// unrelated settlement-sized body), with a large snapshot that compacts in
-/// between: the writer cuts bodies after its recent cuts and the snapshot's
-/// state after the cuts it took for it, keeps only the snapshot's own cut
-/// across the compaction, and every body and the snapshot read back byte
-/// for byte. Bodies 2, 6 and 10 are the same, and 4 and 8: a cut of 2 or 4
-/// kept across the compaction would name pieces it deleted.
-#[tokio::test]
-async fn bodies_taking_turns_and_a_large_snapshot_read_back_exactly() {
-    let server = Server::new();
-    let store = server.store();
-    let t = tree("turns");
-    let token = lease(&store, t).await;
-    let (mut head, mut written, mut snapshot_state) = (Digest::ZERO, Vec::new(), None);
-    for seq in 1..=11u64 {
-        let body = if seq % 2 == 1 {
-            edited(
-                21,
-                &(1..=seq as usize).map(|i| i * 20_000).collect::<Vec<_>>(),
-            )
-        } else {
-            noise(12_000, 40 + seq % 4)
-        };
-        let record = step(t, seq, head, &body);
-        head = record.hash;
-        assert_eq!(
-            store
-                .append(vec![append(t, token, vec![record.clone()])])
-                .await,
-            Ok(vec![AppendOutcome::Committed])
-        );
-        written.push(record);
-        if seq == 5 {
-            let state: Arc<[u8]> = Arc::from(format!("{{\"state\":\"{body}\"}}").into_bytes());
-            let snapshot = Snapshot {
-                seq,
-                head,
-                state: Arc::clone(&state),
-            };
-            assert_eq!(
-                store.write_snapshot(t, token, snapshot).await,
-                Ok(AppendOutcome::Committed)
-            );
-            snapshot_state = Some(state);
-        }
-    }
-    let load = store.load(t).await.expect("loads");
-    let snapshot = load.snapshot.expect("a snapshot");
-    assert_eq!((snapshot.seq, Some(snapshot.state)), (5, snapshot_state));
-    assert_eq!(
-        load.records,
-        written[5..].to_vec(),
-        "bodies read back exactly"
-    );
-}
-
 #[test]
 fn the_public_handles_are_send_and_sync() {
     fn shared<T: Send + Sync + 'static>() {}
