@@ -36,4 +36,4 @@ pub use engine::engine_conformance;
 pub use fault::{Cut, FaultStore, start_into_crash};
 pub use inbox::answer_across_engines;
 pub use migration::{StoredTree, migrated_store_conformance, waiting_tree};
-pub use store::store_conformance;
+pub use store::{noise, store_conformance};

@@ -785,9 +785,10 @@ async fn snapshots(store: Arc<dyn Store>) {
     same_records(&loaded.records, &next, case);
 }
 
-/// Text of `len` bytes from `seed`: content no other seed repeats.
-fn noise(len: usize, seed: u64) -> String {
-    let mut state = seed.max(1);
+/// Seeded, incompressible bytes as hex text, `len` bytes of it: content
+/// no other seed repeats, for tests of how stores keep long bodies.
+pub fn noise(len: usize, seed: u64) -> String {
+    let mut state = seed;
     (0..len / 2)
         .map(|_| {
             state ^= state << 13;

@@ -14,6 +14,7 @@ use baton_run::store::{
 };
 use baton_run::{Digest, EffectId, Payload, ProcessId, Scope, StartId, Timestamp, TreeId};
 use baton_store_postgres::{Notice, PostgresConfig, PostgresStore};
+use baton_testkit::noise;
 
 use crate::support::{Server, connect, server_url, url_of};
 
@@ -342,19 +343,6 @@ async fn prune_removes_only_done_trees_older_than_the_retention_point() {
         .expect("counts")
         .get(0);
     assert_eq!(orphans, 0, "a pruned tree's pieces are gone");
-}
-
-/// Seeded, incompressible bytes as hex text.
-fn noise(len: usize, seed: u64) -> String {
-    let mut state = seed;
-    (0..len / 2)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            format!("{:02x}", (state >> 32) as u8)
-        })
-        .collect()
 }
 
 #[tokio::test]

@@ -15,6 +15,7 @@ use baton_run::{Digest, EffectId, Payload, ProcessId, Scope, StartId, Timestamp,
 use baton_store_sqlite::{
     Creation, OpenError, PageSize, SCHEMA_VERSION, SqliteConfig, SqliteStore,
 };
+use baton_testkit::noise;
 
 fn tree(key: &str) -> TreeId {
     ProcessId::root(&StartId::new("acme", key).expect("valid"))
@@ -365,19 +366,6 @@ async fn prune_removes_only_done_trees_older_than_the_retention_point() {
         )
         .expect("counts");
     assert_eq!(orphans, 0, "a pruned tree's chunks are gone");
-}
-
-/// Seeded, incompressible bytes as hex text (as a program would carry them).
-fn noise(len: usize, seed: u64) -> String {
-    let mut state = seed;
-    (0..len / 2)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            format!("{:02x}", (state >> 32) as u8)
-        })
-        .collect()
 }
 
 #[tokio::test]
