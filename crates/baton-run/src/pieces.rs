@@ -228,9 +228,9 @@ impl<Tag, Id: Copy> Kept<Tag, Id> {
 }
 
 impl<Key: Ord + Copy, Tag: Eq + Copy, Id: Copy> LastCuts<Key, Tag, Id> {
-    /// An empty memory of at most `max_trees` cuts holding at most
-    /// `max_bytes` bytes (bodies and piece tables); a single cut over a
-    /// quarter of `max_bytes` is not kept.
+    /// An empty memory of the cuts of at most `max_trees` trees holding at
+    /// most `max_bytes` bytes (bodies and piece tables); a single cut over
+    /// a quarter of `max_bytes` is not kept.
     pub fn new(max_trees: usize, max_bytes: usize) -> LastCuts<Key, Tag, Id> {
         LastCuts {
             trees: std::collections::BTreeMap::new(),
