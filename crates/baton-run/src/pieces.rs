@@ -65,14 +65,14 @@ fn cut(data: &[u8]) -> usize {
     limit
 }
 
-/// A piece of a body cut by [`split_after`]: one the last cut of the same
+/// A piece of a body cut by [`split_after`]: one a recent cut of the same
 /// tree already stored (with the id it was stored under), or one to digest
 /// and store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Piece<'a, Id> {
-    /// Exactly the bytes of a piece of the last cut, which is stored as `id`.
+    /// Exactly the bytes of a piece of a recent cut, which is stored as `id`.
     Known(&'a [u8], Id),
-    /// A piece the last cut does not hold.
+    /// A piece no recent cut holds.
     Fresh(&'a [u8]),
 }
 

@@ -50,8 +50,8 @@ pub(crate) fn state_digest(state: &[u8]) -> [u8; 32] {
 /// before each transaction that releases it, and every tree before a
 /// prune, whatever their outcome, and takes a tree's cuts out before each
 /// transaction that snapshots it (a compaction deletes pieces): they serve
-/// that snapshot's state only, and the snapshot's own cut is kept if it
-/// commits.
+/// the state of the tree's first snapshot in that transaction only, and the
+/// snapshot's own cut is kept if it commits.
 pub(crate) type Cuts = baton_run::store::LastCuts<baton_run::TreeId, CutTag, [u8; DIGEST_LEN]>;
 
 /// What a remembered cut was written under: the lease's fencing token and

@@ -55,7 +55,7 @@
 //!   tree's pieces while its token is current). The writer forgets a tree
 //!   before any transaction that releases it, and every tree before a
 //!   prune; before one that snapshots it, it takes the tree's cuts out of
-//!   its memory to cut the snapshot's state by, and keeps only the
+//!   its memory to cut the state of its first snapshot by, and keeps only the
 //!   snapshot's own cut once that transaction (and its compaction)
 //!   committed.
 //! - **Snapshots and compaction.** [`PostgresConfig::compact`] (default on)

@@ -427,8 +427,11 @@ struct Group<'a> {
     /// The trees' last cuts before the group, by the writer's memory.
     cuts: &'a Cuts,
     /// The cuts of the trees the group snapshots, taken from that memory:
-    /// for the snapshots' states only.
+    /// for the state of each tree's first snapshot in the group only (its
+    /// compaction may delete what they name).
     taken: &'a Kept,
+    /// The trees whose taken cuts a snapshot of this group has had.
+    spent: BTreeSet<TreeId>,
     /// The last cuts of this group's long bodies, kept if it commits.
     kept: Kept,
 }
@@ -536,6 +539,7 @@ impl<'a> Group<'a> {
             pending: Pending::default(),
             cuts,
             taken,
+            spent: BTreeSet::new(),
             kept: Kept::new(),
         })
     }
@@ -755,17 +759,19 @@ impl<'a> Group<'a> {
         }
         let (key, head, head_hash) = (row.key, row.head_seq, row.head_hash);
         // The cuts its state may reuse: this group's of the tree, then the
-        // ones taken from the writer's memory before this transaction
-        // began. Their pieces are stored until its compaction, which keeps
-        // what the snapshot names; after it, only the snapshot's own cut is
-        // kept.
+        // ones taken from the writer's memory before this transaction began
+        // (for the tree's first snapshot in the group only: a second one
+        // comes after the first's compaction, which may have deleted what
+        // they name). Their pieces are stored until its compaction, which
+        // keeps what the snapshot names; after it, only the snapshot's own
+        // cut is kept.
         let tag = CutTag { token, row: key };
         let group = match self.kept.remove(&tree) {
             Some((kept, cuts)) if kept == tag => cuts,
             _ => Vec::new(),
         };
         let taken: &[LastCut<_>] = match self.taken.get(&tree) {
-            Some((kept, cuts)) if *kept == tag => cuts,
+            Some((kept, cuts)) if *kept == tag && self.spent.insert(tree) => cuts,
             _ => &[],
         };
         let recent: Vec<&LastCut<_>> = group.iter().chain(taken).collect();

@@ -8,11 +8,11 @@
 //! It is only a cache of what this connection committed: a group that does
 //! not commit forgets everything, a prune forgets its trees, a compaction
 //! forgets its tree's cuts but the snapshot's own (whose pieces the
-//! snapshot references), and a commit by any other connection to the file (another
-//! process) forgets everything before the cuts are next used (`PRAGMA
-//! data_version`, read once by the first group that stores a long body
-//! after it), so a remembered chunk id always names a stored chunk of its
-//! tree.
+//! snapshot references), and a commit by any other connection to the file
+//! (another process) forgets everything before the cuts are next used
+//! (`PRAGMA data_version`, read once by the first group that stores a long
+//! body after it), so a remembered chunk id always names a stored chunk of
+//! its tree.
 
 use baton_run::store::{LastCut, LastCuts};
 use rusqlite::Connection;

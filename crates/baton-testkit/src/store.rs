@@ -802,19 +802,26 @@ pub fn noise(len: usize, seed: u64) -> String {
 /// Long bodies, which stores may keep in pieces and find again: a tree
 /// whose bodies take turns between two kinds (a state edited a little at
 /// each step, then an unrelated settlement-sized body), with a large
-/// snapshot that compacts in between. Bodies 2, 6 and 10 are the same, and
-/// 4 and 8: a store that reused a piece of 2 or 4 after the compaction
-/// deleted it would not read back. Every body and the snapshot read back
-/// byte for byte, and the tail verifies from the snapshot.
+/// snapshot that compacts in between. Record 6 repeats record 3's state,
+/// whose piece around the fifth step's edit only the compacted records 3
+/// and 4 held: a store that reused a piece of a compacted record would not
+/// read back. Then two large snapshots of another tree queued together (a
+/// store may commit them in one transaction, the second after the first's
+/// compaction). Every body and snapshot reads back byte for byte, and the
+/// tails verify from the snapshots.
 async fn large_bodies(store: Arc<dyn Store>) {
     let case = "large bodies";
     let t = tree("large");
     let (lease, _) = granted(&*store, acquire(t, "a", 0, false), case).await;
     let mut state = noise(150_000, 31);
+    let mut states: Vec<String> = Vec::new();
     let (mut head, mut written, mut snapshot_state) = (Digest::ZERO, Vec::new(), None);
     for seq in 1..=11u64 {
-        let body = if seq % 2 == 1 {
+        let body = if seq == 6 {
+            states[1].clone()
+        } else if seq % 2 == 1 {
             state.insert_str(seq as usize * 1000, &format!("step {seq};"));
+            states.push(state.clone());
             state.clone()
         } else {
             noise(12_000, 40 + seq % 4)
@@ -858,6 +865,53 @@ async fn large_bodies(store: Arc<dyn Store>) {
         Ok((11, head)),
         "{case}: the tail verifies from the snapshot head"
     );
+
+    // Two states, then two snapshots at the head queued together: the
+    // first with the second record's state, the second with the first's,
+    // whose pieces only the first snapshot's compaction deleted.
+    let u = tree("large-twice");
+    let (lease, _) = granted(&*store, acquire(u, "a", 0, false), case).await;
+    let first = record(u, 1, Digest::ZERO, &noise(200_000, 51));
+    let second = record(u, 2, first.hash, &noise(200_000, 52));
+    assert_eq!(
+        one(
+            &*store,
+            append(u, lease.token, vec![first.clone(), second.clone()]),
+            case
+        )
+        .await,
+        AppendOutcome::Committed,
+        "{case}: two states"
+    );
+    let at = |body: &Arc<[u8]>| Snapshot {
+        seq: 2,
+        head: second.hash,
+        state: Arc::clone(body),
+    };
+    let queued = (
+        store.write_snapshot(u, lease.token, at(&second.body)),
+        store.write_snapshot(u, lease.token, at(&first.body)),
+    );
+    assert_eq!(
+        queued.0.await,
+        Ok(AppendOutcome::Committed),
+        "{case}: the first of two snapshots"
+    );
+    assert_eq!(
+        queued.1.await,
+        Ok(AppendOutcome::Committed),
+        "{case}: the second of two snapshots"
+    );
+    let loaded = load(&*store, u, case).await;
+    let snapshot = loaded
+        .snapshot
+        .clone()
+        .unwrap_or_else(|| panic!("{case}: the second snapshot is loaded"));
+    assert!(
+        snapshot.seq == 2 && snapshot.state[..] == first.body[..],
+        "{case}: the second snapshot's state is byte-exact"
+    );
+    assert!(loaded.records.is_empty(), "{case}: nothing after the head");
 }
 
 async fn listing(store: Arc<dyn Store>) {
