@@ -59,6 +59,7 @@ mod pieces;
 mod protocol;
 mod rows;
 mod storage;
+mod tagged;
 
 pub use budget::{Budget, Capabilities, Dimension, Meters, Quota, TreeLimits, Usage};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};

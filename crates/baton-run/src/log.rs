@@ -18,6 +18,8 @@ use crate::labels::Labels;
 use crate::payload::Payload;
 use crate::protocol::{ExecutionState, ProgramRef, Settlement, Signal, Transition};
 
+use crate::tagged;
+
 /// The kind of a record, stored beside its body for listing and fault injection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -91,12 +93,15 @@ impl fmt::Display for RecordKind {
     }
 }
 
+// Read with its `kind` first (see `tagged`): a log folds without buffering
+// each body.
+tagged::tag_first! {
+tag = "kind", remote = "RecordBody", expecting = "a record body";
 /// The facts a record carries.
 // Records are short-lived values between the engine and the log; boxing the
 // large start variant would only add an allocation to every tree start.
 #[allow(clippy::large_enum_variant)]
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RecordBody {
     /// A tree started: its root process, program, input, grants and initial state.
     TreeStarted {
@@ -244,6 +249,7 @@ pub enum RecordBody {
         /// What was delivered.
         delivery: Delivery,
     },
+}
 }
 
 fn is_default_limits(limits: &TreeLimits) -> bool {
@@ -453,6 +459,114 @@ mod tests {
             state: ExecutionState(Payload::null()),
         };
         String::from_utf8(Record::seal(1, Digest::ZERO, &body).body.to_vec()).expect("utf-8")
+    }
+
+    fn decode(kind: RecordKind, body: &str) -> Result<RecordBody, serde_json::Error> {
+        Record::from_parts(1, Digest::ZERO, kind, body.as_bytes().into()).decode()
+    }
+
+    /// `body` with its `kind` member moved from the front to the end.
+    fn kind_last(body: &str) -> String {
+        let (tag, rest) = body[1..].split_once(',').expect("a tag and more");
+        assert!(tag.starts_with(r#""kind":"#), "{body}");
+        format!("{{{},{tag}}}", &rest[..rest.len() - 1])
+    }
+
+    fn pending() -> (RecordBody, String) {
+        let process = ProcessId::root(&StartId::new("acme", "s").expect("valid"));
+        let body = RecordBody::EffectPending {
+            process,
+            effect: EffectId::new(process, 3, 1),
+        };
+        let text = String::from_utf8(Record::seal(1, Digest::ZERO, &body).body.to_vec());
+        (body, text.expect("utf-8"))
+    }
+
+    /// Bodies are read tag first, their payloads borrowed as text; one whose
+    /// `kind` comes later (valid JSON Baton never writes) is read the
+    /// buffered way, to the same body.
+    #[test]
+    fn a_body_decodes_to_itself_wherever_its_kind_is() {
+        let labels = Labels::from_pairs([("team", "billing")]).expect("valid");
+        let start = StartId::new("acme", "s").expect("valid");
+        let state = Payload::parse_str(
+            r#"{"notes":["a\"b\\c\u0001",{"deep":[1,-2.5,null,true]}],"n":18446744073709551615}"#,
+        )
+        .expect("valid");
+        let body = RecordBody::TreeStarted {
+            root: ProcessId::root(&start),
+            start,
+            program: crate::protocol::ProgramRef {
+                name: crate::ids::Name::new("p").expect("valid"),
+                contract: Digest::ZERO,
+                implementation: Digest::ZERO,
+                configuration: Digest::ZERO,
+                children: Vec::new(),
+                digest: Digest::ZERO,
+            },
+            input: state.clone(),
+            budget: Budget::unlimited(),
+            capabilities: Capabilities::none(),
+            deadline: Some(Timestamp(9)),
+            limits: TreeLimits::default(),
+            created: Some(Timestamp(7)),
+            labels,
+            state: ExecutionState(state),
+        };
+        let text =
+            String::from_utf8(Record::seal(1, Digest::ZERO, &body).body.to_vec()).expect("utf-8");
+        assert!(text.starts_with(r#"{"kind":"tree_started","#), "{text}");
+        let (pending, pending_text) = pending();
+        for (kind, body, text) in [
+            (RecordKind::TreeStarted, body, text),
+            (RecordKind::EffectPending, pending, pending_text),
+        ] {
+            assert_eq!(decode(kind, &text).expect("decodes"), body, "{text}");
+            let moved = kind_last(&text);
+            assert_eq!(decode(kind, &moved).expect("decodes"), body, "{moved}");
+            // A value's members are sorted, so its `kind` is rarely first.
+            let value = serde_json::to_value(&body).expect("encodes");
+            assert_eq!(
+                serde_json::from_value::<RecordBody>(value).expect("decodes"),
+                body
+            );
+        }
+    }
+
+    /// What the derived reader refused is refused on either path, naming
+    /// what is wrong: an unknown member, an unknown kind, a second `kind`,
+    /// no `kind`, a wrong type.
+    #[test]
+    fn a_malformed_body_is_refused_wherever_its_kind_is() {
+        let (_, text) = pending();
+        let open = &text[..text.len() - 1];
+        let refused = |body: &str, expected: &str| {
+            for body in [body.to_owned(), kind_last(body)] {
+                let error = decode(RecordKind::EffectPending, &body)
+                    .expect_err(&body)
+                    .to_string();
+                assert!(error.contains(expected), "{body}: {error}");
+            }
+        };
+        refused(&format!(r#"{open},"extra":1}}"#), "unknown field `extra`");
+        refused(
+            &text.replace("effect_pending", "effect_pondering"),
+            "unknown variant `effect_pondering`",
+        );
+        refused(&format!(r#"{open},"kind":"effect_pending"}}"#), "kind");
+        refused(
+            &text.replace(r#""kind":"effect_pending""#, r#""kind":7"#),
+            "invalid type",
+        );
+        let without = text.replace(r#""kind":"effect_pending","#, "");
+        let error = decode(RecordKind::EffectPending, &without).expect_err("no kind");
+        assert!(
+            error.to_string().contains("missing field `kind`"),
+            "{error}"
+        );
+        for other in ["{}", "[]", "7", r#""kind""#] {
+            assert!(decode(RecordKind::EffectPending, other).is_err(), "{other}");
+        }
     }
 
     /// A start without labels or a start time writes the bytes it wrote

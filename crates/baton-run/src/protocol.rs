@@ -87,10 +87,11 @@ pub trait Execution: Send + 'static {
     }
 }
 
+crate::tagged::tag_first! {
+tag = "transition", remote = "Transition", expecting = "a transition";
 /// What a step decided. Each variant says how many leading signals of the
 /// window it consumed.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "transition", rename_all = "snake_case", deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Transition {
     /// Carry out `effects` in order, then step again with their results.
     Continue {
@@ -121,6 +122,7 @@ pub enum Transition {
         failure: Failure,
     },
 }
+}
 
 impl Transition {
     /// Signals consumed.
@@ -134,10 +136,11 @@ impl Transition {
     }
 }
 
+crate::tagged::tag_first! {
+tag = "effect", remote = "Effect", expecting = "an effect";
 /// An effect a step declares. Framework effects are carried out by the
 /// kernel; `Dispatch` is opaque and goes to the program's dispatcher.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "effect", rename_all = "snake_case", deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Effect {
     /// Opens an external wait, answered by the host with a signal addressed
     /// to the minted `WaitId`; the answer is validated against
@@ -211,6 +214,7 @@ pub enum Effect {
         /// How many must reach it.
         condition: Condition,
     },
+}
 }
 
 /// How a child start grants its budget.
@@ -312,9 +316,10 @@ impl Effect {
     }
 }
 
+crate::tagged::tag_first! {
+tag = "status", remote = "Settlement", expecting = "a settlement";
 /// The recorded result of an effect, of a control or of a host resolution.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "status", rename_all = "snake_case", deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Settlement {
     /// It succeeded with an output.
     Succeeded {
@@ -341,6 +346,7 @@ pub enum Settlement {
         /// Bounded diagnostic text.
         diagnostic: String,
     },
+}
 }
 
 impl Settlement {
@@ -398,9 +404,10 @@ pub struct Signal {
     pub body: SignalBody,
 }
 
+crate::tagged::tag_first! {
+tag = "signal", remote = "SignalBody", expecting = "a signal body";
 /// What a signal carries.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "signal", rename_all = "snake_case", deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SignalBody {
     /// Input from the host (an answer when addressed, steering when not).
     Input {
@@ -454,6 +461,7 @@ pub enum SignalBody {
         /// `Succeeded` when delivered (a cancel: intent recorded), `Failed` when refused.
         result: Settlement,
     },
+}
 }
 
 /// Whether an uncertain dispatch may be sent again after a crash.
