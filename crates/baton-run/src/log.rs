@@ -256,9 +256,10 @@ fn is_default_limits(limits: &TreeLimits) -> bool {
     *limits == TreeLimits::default()
 }
 
+tagged::tag_first! {
+tag = "delivery", remote = "Delivery", expecting = "a delivery";
 /// What a control delivered to a child.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "delivery", rename_all = "snake_case", deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Delivery {
     /// A signal appended to the child's mailbox.
     Signal {
@@ -270,6 +271,7 @@ pub enum Delivery {
         /// Why.
         reason: String,
     },
+}
 }
 
 impl RecordBody {

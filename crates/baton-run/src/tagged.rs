@@ -391,6 +391,12 @@ mod tests {
         ] {
             reads_back("signal", &body);
         }
+        reads_back(
+            "delivery",
+            &crate::log::Delivery::Cancel {
+                reason: "stop \"now\"".into(),
+            },
+        );
     }
 
     /// The variant's fields are still checked: a missing field, a member of
