@@ -438,9 +438,10 @@ mod tests {
     use super::*;
     use crate::digest::Digest;
 
-    fn started(labels: Labels, created: Option<Timestamp>) -> String {
+    /// A tree's start carrying `payload` as its input and its state.
+    fn tree_started(labels: Labels, created: Option<Timestamp>, payload: Payload) -> RecordBody {
         let start = StartId::new("acme", "s").expect("valid");
-        let body = RecordBody::TreeStarted {
+        RecordBody::TreeStarted {
             root: ProcessId::root(&start),
             start,
             program: crate::protocol::ProgramRef {
@@ -451,15 +452,19 @@ mod tests {
                 children: Vec::new(),
                 digest: Digest::ZERO,
             },
-            input: Payload::null(),
+            input: payload.clone(),
             budget: Budget::unlimited(),
             capabilities: Capabilities::none(),
             deadline: None,
             limits: TreeLimits::default(),
             created,
             labels,
-            state: ExecutionState(Payload::null()),
-        };
+            state: ExecutionState(payload),
+        }
+    }
+
+    fn started(labels: Labels, created: Option<Timestamp>) -> String {
+        let body = tree_started(labels, created, Payload::null());
         String::from_utf8(Record::seal(1, Digest::ZERO, &body).body.to_vec()).expect("utf-8")
     }
 
@@ -490,31 +495,11 @@ mod tests {
     #[test]
     fn a_body_decodes_to_itself_wherever_its_kind_is() {
         let labels = Labels::from_pairs([("team", "billing")]).expect("valid");
-        let start = StartId::new("acme", "s").expect("valid");
         let state = Payload::parse_str(
             r#"{"notes":["a\"b\\c\u0001",{"deep":[1,-2.5,null,true]}],"n":18446744073709551615}"#,
         )
         .expect("valid");
-        let body = RecordBody::TreeStarted {
-            root: ProcessId::root(&start),
-            start,
-            program: crate::protocol::ProgramRef {
-                name: crate::ids::Name::new("p").expect("valid"),
-                contract: Digest::ZERO,
-                implementation: Digest::ZERO,
-                configuration: Digest::ZERO,
-                children: Vec::new(),
-                digest: Digest::ZERO,
-            },
-            input: state.clone(),
-            budget: Budget::unlimited(),
-            capabilities: Capabilities::none(),
-            deadline: Some(Timestamp(9)),
-            limits: TreeLimits::default(),
-            created: Some(Timestamp(7)),
-            labels,
-            state: ExecutionState(state),
-        };
+        let body = tree_started(labels, Some(Timestamp(7)), state);
         let text =
             String::from_utf8(Record::seal(1, Digest::ZERO, &body).body.to_vec()).expect("utf-8");
         assert!(text.starts_with(r#"{"kind":"tree_started","#), "{text}");
