@@ -69,14 +69,95 @@ impl<'de, T: TagFirst> Visitor<'de> for Tagged<T> {
         }
         // The slow path: the object as a `Value`, read by the tagged derive.
         let mut object = serde_json::Map::new();
-        object.insert(first.into_owned(), map.next_value()?);
-        while let Some((key, value)) = map.next_entry::<String, Value>()? {
-            if object.contains_key(&key) {
-                return Err(de::Error::custom(format_args!("duplicate field `{key}`")));
-            }
-            object.insert(key, value);
-        }
+        object.insert(first.into_owned(), map.next_value_seed(Strict)?);
+        members(&mut map, &mut object)?;
         T::from_value(Value::Object(object)).map_err(de::Error::custom)
+    }
+}
+
+/// Reads the rest of an object's members into `object`, refusing a repeated
+/// one (a `Value` would keep the last).
+fn members<'de, A: MapAccess<'de>>(
+    map: &mut A,
+    object: &mut serde_json::Map<String, Value>,
+) -> Result<(), A::Error> {
+    while let Some(key) = map.next_key::<String>()? {
+        let value = map.next_value_seed(Strict)?;
+        if object.contains_key(&key) {
+            return Err(de::Error::custom(format_args!("duplicate field `{key}`")));
+        }
+        object.insert(key, value);
+    }
+    Ok(())
+}
+
+/// A `Value` that refuses a repeated member at any depth, as the buffered
+/// reader and a payload's own check do.
+struct Strict;
+
+impl<'de> DeserializeSeed<'de> for Strict {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Strict {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, value: bool) -> Result<Value, E> {
+        Ok(Value::Bool(value))
+    }
+
+    fn visit_i64<E: de::Error>(self, value: i64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+
+    fn visit_u64<E: de::Error>(self, value: u64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+
+    fn visit_f64<E: de::Error>(self, value: f64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<Value, E> {
+        Ok(Value::String(value.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, value: String) -> Result<Value, E> {
+        Ok(Value::String(value))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(Strict)? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        members(&mut map, &mut object)?;
+        Ok(Value::Object(object))
     }
 }
 
@@ -397,6 +478,40 @@ mod tests {
                 reason: "stop \"now\"".into(),
             },
         );
+    }
+
+    /// A repeated member is refused with the tag last as with it first, at
+    /// any depth (a payload's duplicate key included).
+    #[test]
+    fn a_repeated_member_is_refused_wherever_the_tag_is() {
+        for text in [
+            r#"{"status":"succeeded","output":{"a":1,"a":2}}"#,
+            r#"{"output":{"a":1,"a":2},"status":"succeeded"}"#,
+            r#"{"output":[{"b":{"a":1,"a":2}}],"status":"succeeded"}"#,
+            r#"{"output":1,"output":2,"status":"succeeded"}"#,
+            r#"{"output":1,"status":"succeeded","status":"succeeded"}"#,
+        ] {
+            assert!(serde_json::from_str::<Settlement>(text).is_err(), "{text}");
+        }
+        let nested = r#"{"consumed":0,"failure":{"kind":"execution","kind":"execution","code":"a.b","message":"m"},"transition":"fail"}"#;
+        assert!(
+            serde_json::from_str::<Transition>(nested).is_err(),
+            "{nested}"
+        );
+    }
+
+    /// A payload written out of canonical form (members unsorted, spaces,
+    /// escapes) is read to the same canonical payload on either path.
+    #[test]
+    fn a_payload_out_of_canonical_form_reads_the_same_on_either_path() {
+        let first = r#"{"status":"succeeded", "output": { "b" : [1.50, "\u0041"], "a":{} }}"#;
+        let last = r#"{"output": { "b" : [1.50, "\u0041"], "a":{} }, "status":"succeeded"}"#;
+        let read = |text: &str| serde_json::from_str::<Settlement>(text).expect(text);
+        assert_eq!(read(first), read(last));
+        let Settlement::Succeeded { output, .. } = read(first) else {
+            panic!("succeeded");
+        };
+        assert_eq!(output.as_str(), r#"{"a":{},"b":[1.5,"A"]}"#);
     }
 
     /// The variant's fields are still checked: a missing field, a member of
