@@ -47,7 +47,7 @@ where
     D: Deserializer<'de>,
     T: TagFirst,
 {
-    deserializer.deserialize_map(Tagged(PhantomData))
+    deserializer.deserialize_any(Tagged(PhantomData))
 }
 
 struct Tagged<T>(PhantomData<T>);
@@ -72,6 +72,13 @@ impl<'de, T: TagFirst> Visitor<'de> for Tagged<T> {
         object.insert(first.into_owned(), map.next_value_seed(Strict)?);
         members(&mut map, &mut object)?;
         T::from_value(Value::Object(object)).map_err(de::Error::custom)
+    }
+
+    /// serde's buffered reader also takes the tag and the fields as an
+    /// array; so does this one, the buffered way.
+    fn visit_seq<S: de::SeqAccess<'de>>(self, seq: S) -> Result<T, S::Error> {
+        let array = Strict.visit_seq(seq)?;
+        T::from_value(array).map_err(de::Error::custom)
     }
 }
 
@@ -498,6 +505,28 @@ mod tests {
             serde_json::from_str::<Transition>(nested).is_err(),
             "{nested}"
         );
+    }
+
+    /// The array form serde's tagged reader takes (the tag, then the fields
+    /// in order) is still read, and still checked.
+    #[test]
+    fn the_array_form_reads_as_before() {
+        let read = serde_json::from_str::<Transition>(r#"["complete",2,{"b":1,"a":[]}]"#);
+        assert_eq!(
+            read.expect("an array"),
+            Transition::Complete {
+                consumed: 2,
+                output: payload(r#"{"a":[],"b":1}"#),
+            }
+        );
+        for text in [
+            r#"["complete",2]"#,
+            r#"["finish",2,1]"#,
+            "[]",
+            r#"["complete",2,{"a":1,"a":2}]"#,
+        ] {
+            assert!(serde_json::from_str::<Transition>(text).is_err(), "{text}");
+        }
     }
 
     /// A payload written out of canonical form (members unsorted, spaces,
