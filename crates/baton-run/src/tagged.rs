@@ -19,10 +19,9 @@ use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
-use serde::de::value::{CowStrDeserializer, Error as ValueError};
+use serde::de::value::CowStrDeserializer;
 use serde::de::{
-    self, DeserializeSeed, Deserializer, EnumAccess, IntoDeserializer, MapAccess, VariantAccess,
-    Visitor,
+    self, DeserializeSeed, Deserializer, EnumAccess, MapAccess, VariantAccess, Visitor,
 };
 use serde_json::Value;
 
@@ -213,19 +212,10 @@ impl<'de, A: MapAccess<'de>> Deserializer<'de> for Variant<'de, A> {
         visitor.visit_enum(self)
     }
 
-    fn deserialize_enum<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        _variants: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, A::Error> {
-        visitor.visit_enum(self)
-    }
-
     serde::forward_to_deserialize_any! {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
         bytes byte_buf option unit unit_struct newtype_struct seq tuple
-        tuple_struct map struct identifier ignored_any
+        tuple_struct map struct enum identifier ignored_any
     }
 }
 
@@ -237,8 +227,7 @@ impl<'de, A: MapAccess<'de>> EnumAccess<'de> for Variant<'de, A> {
         self,
         seed: V,
     ) -> Result<(V::Value, Fields<A>), A::Error> {
-        let tag: CowStrDeserializer<'de, ValueError> = self.tag.into_deserializer();
-        let variant = seed.deserialize(tag).map_err(de::Error::custom)?;
+        let variant = seed.deserialize(CowStrDeserializer::<A::Error>::new(self.tag))?;
         Ok((variant, Fields(self.map)))
     }
 }
