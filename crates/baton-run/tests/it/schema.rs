@@ -450,6 +450,84 @@ proptest! {
     }
 }
 
+/// One branch of a `oneOf` of constants as schemars writes a documented
+/// enum's variant, or one that only looks like it (a type the constant does
+/// not have, a keyword that constrains, no constant at all).
+fn constant_branch() -> impl Strategy<Value = Value> {
+    // Mostly plain constants from a small vocabulary, so that whole
+    // choices of them (and repeated constants) are common.
+    let constants = prop::sample::select(vec![
+        json!("a"),
+        json!("b"),
+        json!("a\\nb"),
+        json!(null),
+        json!(true),
+        json!(1),
+        json!(["a"]),
+    ]);
+    let kinds = prop::sample::select(&["string", "string", "null", "boolean", "integer"][..]);
+    let extras = prop::sample::select(vec![
+        json!({}),
+        json!({}),
+        json!({"description": "a variant"}),
+        json!({"title": "A", "deprecated": true}),
+        json!({"minLength": 2}),
+        json!({"pattern": "^a"}),
+    ]);
+    (
+        prop::option::weighted(0.9, constants),
+        prop::option::weighted(0.4, kinds),
+        extras,
+    )
+        .prop_map(|(constant, kind, extras)| {
+            let mut branch = extras.as_object().cloned().unwrap_or_default();
+            if let Some(constant) = constant {
+                branch.insert("const".to_owned(), constant);
+            }
+            if let Some(kind) = kind {
+                branch.insert("type".to_owned(), json!(kind));
+            }
+            Value::Object(branch)
+        })
+}
+
+proptest! {
+    #![proptest_config(Config::with_cases(1000))]
+
+    /// The text validator checks a `oneOf` of distinct constants as their
+    /// `enum`; the verdicts stay those of the schema as written, repeated
+    /// constants, mismatched types and constraining keywords included.
+    #[test]
+    fn choices_of_constants_agree(
+        branches in prop::collection::vec(constant_branch(), 1..5),
+        nested in any::<bool>(),
+        instances in prop::collection::vec(instance(), 1..6),
+    ) {
+        let choice = json!({"description": "a documented enum", "oneOf": branches});
+        let root = if nested {
+            json!({"$defs": {"Choice": choice}, "type": "object",
+                   "properties": {"a": {"$ref": "#/$defs/Choice"}}})
+        } else {
+            choice
+        };
+        let schema = schema_of(&root);
+        for instance in &instances {
+            agree(&schema, instance)?;
+            if nested {
+                agree(&schema, &json!({"a": instance}))?;
+            }
+        }
+        for constant in ["a", "b", "a\nb"] {
+            agree(&schema, &json!(constant))?;
+            agree(&schema, &json!({"a": constant}))?;
+        }
+        for constant in [json!(null), json!(true), json!(false), json!(1), json!(["a"])] {
+            agree(&schema, &constant)?;
+            agree(&schema, &json!({"a": constant}))?;
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Real schemas: the team's wire types and the kernel's.
 
@@ -837,6 +915,22 @@ fn every_keyword_agrees() {
             &[r#"{"c":{"c":{}}}"#, r#"{"c":{"c":1}}"#],
         ),
         (json!({"$ref": "#", "type": "object"}), &["{}", "1"]),
+        (
+            json!({"oneOf": [{"const": "a", "description": "A."}, {"const": "b", "type": "string"}]}),
+            &[r#""a""#, r#""b""#, r#""c""#, "null", "1"],
+        ),
+        (
+            // A reference into a choice's branch, which the text
+            // validator's rewrite removes: the value validator judges.
+            json!({"$defs": {"C": {"oneOf": [{"const": "a"}, {"const": "b"}]}},
+                   "properties": {"x": {"$ref": "#/$defs/C/oneOf/1"}, "y": {"$ref": "#/$defs/C"}}}),
+            &[
+                r#"{"x":"b","y":"a"}"#,
+                r#"{"x":"a"}"#,
+                r#"{"y":"c"}"#,
+                r#"{"x":"b","y":"b"}"#,
+            ],
+        ),
     ];
     for (schema, instances) in cases {
         let schema = schema_of(schema);
