@@ -201,7 +201,11 @@ fn build(text: &str, tape: &mut Vec<Entry>) -> Option<()> {
                 }) {
                     end += 1;
                 }
-                text[at..end].parse::<Number>().ok()?;
+                // A short integer literal in JSON's form always reads;
+                // anything else is read here, so that `number` never fails.
+                if !plain_integer(&bytes[at..end]) {
+                    text[at..end].parse::<Number>().ok()?;
+                }
                 at = leaf(Kind::Number, end, tape);
             }
             _ => return None,
@@ -234,6 +238,15 @@ fn build(text: &str, tape: &mut Vec<Entry>) -> Option<()> {
             }
         }
     }
+}
+
+/// Whether `literal` is an integer in JSON's form (`-?(0|[1-9][0-9]*)`)
+/// of at most 19 digits: `i64` or `u64` holds it, so it reads as a number.
+fn plain_integer(literal: &[u8]) -> bool {
+    let digits = literal.strip_prefix(b"-").unwrap_or(literal);
+    (1..=19).contains(&digits.len())
+        && digits.iter().all(u8::is_ascii_digit)
+        && (digits[0] != b'0' || digits.len() == 1)
 }
 
 /// Reads a member name and its colon at `at`, returning where the value starts.
@@ -684,6 +697,33 @@ mod tests {
         ] {
             assert!(build(text, &mut Vec::new()).is_none(), "{text:?}");
         }
+    }
+
+    #[test]
+    fn plain_integers_are_the_numbers_read_without_parsing() {
+        for literal in ["0", "-0", "7", "-12", "1234567890123456789", "-9223372036854775808"] {
+            assert!(plain_integer(literal.as_bytes()), "{literal}");
+            assert!(literal.parse::<Number>().is_ok(), "{literal}");
+        }
+        for literal in [
+            "",
+            "-",
+            "01",
+            "-01",
+            "1.0",
+            "1e2",
+            "+1",
+            "18446744073709551615",
+            "99999999999999999999",
+            "1-",
+        ] {
+            assert!(!plain_integer(literal.as_bytes()), "{literal}");
+        }
+        // Longer literals are read, and one that no number holds leaves no
+        // tape.
+        let huge = format!("[{}]", "9".repeat(400));
+        assert!(build(&huge, &mut Vec::new()).is_none());
+        assert!(build("[18446744073709551616,-0,0]", &mut Vec::new()).is_some());
     }
 
     proptest! {
