@@ -30,7 +30,8 @@ workloads (all when none is named):
   step        wall time per step of a root that loops Continue with a counter state
   dispatch    wall time per dispatch to an echo dispatcher (pending + settled + step)
   children    wall time per child lifecycle (start, complete, wait), ten children at a time
-  team1000    wall time per worker task of a team running 1000 tasks, 100 at a time (also: coordinator turns)
+  team1000    wall time per worker task of a team running 1000 tasks, 100 at a time (also:
+              coordinator turns, and ms to read the finished tree's log back: load, verify, fold)
   resume1000  ms per tree to recover roots parked on an input gate with a fresh engine and answer them all
               (sqlite, postgres: in a separate process)
   idle        resident memory per process waiting on an input gate

@@ -77,7 +77,9 @@
 //!   tasks (a one-stage workflow doubling its index) with mode `wait`,
 //!   keeps answering `wait` until all 100 have drained, then requests the
 //!   next 100, ten rounds, and completes with the sum; the figure is wall
-//!   time per task, and the run also reports the coordinator turns.
+//!   time per task, and the run also reports the coordinator turns and the
+//!   milliseconds to read the finished tree back (`inspect`: load its log,
+//!   verify the hash chain and fold every record, as recovery does).
 //! - `resume1000` (W5): 1000 roots (`--resume`) each park on a
 //!   `baton::coordination::InputGate`; the engine closes; then a fresh
 //!   engine on the same store recovers every tree and answers every gate

@@ -102,6 +102,10 @@ pub struct Sample {
     /// Coordinator turns (`team1000` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turns: Option<u64>,
+    /// Milliseconds to read the finished tree back from the store: load,
+    /// verify the hash chain and fold every record (`team1000` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inspect_ms: Option<f64>,
     /// Peak resident memory of a helper process (the second phase of
     /// `resume1000` on SQLite).
     #[serde(default, skip_serializing_if = "Option::is_none")]

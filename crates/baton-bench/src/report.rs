@@ -52,6 +52,10 @@ pub struct Line {
     /// Median coordinator turns per run (`team1000` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     turns: Option<f64>,
+    /// Median milliseconds to load, verify and fold the finished tree's
+    /// log (`team1000` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    inspect_ms: Option<f64>,
     /// Concurrent hosts (`chain3 --clients` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     clients: Option<usize>,
@@ -133,6 +137,7 @@ impl Line {
             total_seconds: median_of(&samples, |s| s.total_seconds),
             cpu_median: median_of(&samples, |s| s.cpu),
             turns: median_of(&samples, |s| s.turns.map(|t| t as f64)),
+            inspect_ms: median_of(&samples, |s| s.inspect_ms).map(round),
             clients,
             runs_per_second: median_of(&samples, |s| s.runs_per_second),
             p50_us,
@@ -247,6 +252,9 @@ pub fn table(results: &[Line]) -> String {
         }
         if let Some(turns) = line.turns {
             notes.push(format!("{turns} turns"));
+        }
+        if let Some(inspect) = line.inspect_ms {
+            notes.push(format!("log read back in {inspect} ms"));
         }
         if let Some(clients) = line.clients {
             notes.push(format!("{clients} clients"));

@@ -107,7 +107,12 @@ pub async fn team_run(run: usize, kind: StoreKind, rounds: u64, batch: u64) -> R
     if output != Some(expected) {
         bail!("the team ended {termination}, not with {expected}");
     }
+    // Reading the finished tree back is what recovery, a takeover and
+    // `baton log --verify` do with a long log: load it, verify its chain and
+    // fold every record.
+    let reading = crate::probe::now();
     let view = handle.inspect().await?;
+    let inspect_ms = crate::probe::now().duration_since(reading).as_secs_f64() * 1e3;
     let turns = view
         .root()
         .children
@@ -117,6 +122,7 @@ pub async fn team_run(run: usize, kind: StoreKind, rounds: u64, batch: u64) -> R
     engine.close().await;
     Ok(Sample {
         turns: Some(turns),
+        inspect_ms: Some(inspect_ms),
         ..measured.per(tasks, 1e6)
     })
 }
@@ -134,6 +140,7 @@ mod tests {
             // One turn per round at least (when the round has drained by the
             // next turn), plus the turn that outputs the sum.
             assert!(team.turns.is_some_and(|turns| turns > 2), "{team:?}");
+            assert!(team.inspect_ms.is_some_and(|ms| ms > 0.0), "{team:?}");
         }
     }
 }
