@@ -701,7 +701,14 @@ mod tests {
 
     #[test]
     fn plain_integers_are_the_numbers_read_without_parsing() {
-        for literal in ["0", "-0", "7", "-12", "1234567890123456789", "-9223372036854775808"] {
+        for literal in [
+            "0",
+            "-0",
+            "7",
+            "-12",
+            "1234567890123456789",
+            "-9223372036854775808",
+        ] {
             assert!(plain_integer(literal.as_bytes()), "{literal}");
             assert!(literal.parse::<Number>().is_ok(), "{literal}");
         }

@@ -1,13 +1,14 @@
 //! Fuzzing the kernel's decoders of external bytes (see
-//! `baton_testkit::fuzz`): log records, payloads, and whole stored logs
-//! folded by the engine. Each input decodes, or is refused with a
-//! classified error; none panics.
+//! `baton_testkit::fuzz`): log records, payloads, whole stored logs
+//! folded by the engine, and payloads checked against schemas. Each input
+//! decodes, or is refused with a classified error; none panics.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use baton_run::dispatch::ReplayPolicy;
 use baton_run::log::{Record, RecordKind, chain_hash, verify};
+use baton_run::program::Schema;
 use baton_run::store::{AcquireRequest, Acquired, Append, Store, TreeMeta, TreeStatus};
 use baton_run::{Engine, EngineConfig, MemoryStore, Payload, Scope, Timestamp, TreeId};
 use baton_testkit::ScriptedDispatcher;
@@ -135,6 +136,37 @@ proptest! {
             let again = Payload::parse_str(payload.as_str()).expect("canonical text reads back");
             prop_assert_eq!(again.as_str(), payload.as_str());
             prop_assert_eq!(again.digest(), payload.digest());
+        }
+    }
+
+    /// Payload text checked against real schemas (a team's `Turn`, whose
+    /// tasks hold documented enums, and the kernel's `Termination`): the
+    /// text validator, which checks a rewritten schema, gives the value
+    /// validator's verdict on the schema as written.
+    #[test]
+    fn fuzz_schema_verdicts(text in fuzz::text(vec![
+        r#"{"controls":[],"number":3,"state":{"a":1},"tasks":[{"outcome":{"cause":"completion","output":2,"status":"completed"},"process":"p_0123456789abcdef0123456789abcdef","request":{"input":1,"key":"a","worker":"w.num"}},{"rejection":{"code":"engine.child.tree_limit","kind":"contract","message":"refused"},"request":{"input":"x","key":"b","worker":"w.text"}}],"workers":[]}"#.to_owned(),
+        r#"{"cause":"host_cancellation","failure":{"code":"x.y","kind":"execution","message":"m"},"status":"canceled"}"#.to_owned(),
+    ])) {
+        static SCHEMAS: OnceLock<Vec<Schema>> = OnceLock::new();
+        let schemas = SCHEMAS.get_or_init(|| {
+            let turn = std::fs::read_to_string(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../baton-team/tests/schemas/turn.json"
+            ))
+            .expect("the team's turn schema is checked in");
+            vec![
+                Schema::parse(&turn).expect("compiles"),
+                Schema::of::<baton_run::Termination>(),
+            ]
+        });
+        if let Ok(payload) = Payload::parse_str(&text) {
+            let value = payload.to_value();
+            for schema in schemas {
+                let expected = schema.validate_value(&value);
+                prop_assert_eq!(schema.is_valid(&payload), expected.is_ok(), "{}", payload.as_str());
+                prop_assert_eq!(schema.validate(&payload), expected);
+            }
         }
     }
 
