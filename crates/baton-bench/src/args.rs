@@ -62,7 +62,9 @@ figures beside the headline (JSON fields):
   floor_ratio      chain3, fanout5: the median per-run time over commit_floor_us (with
                    --clients: p50_us over it)
   state_floor_ms   state-*: median time of one canonical encode plus one blake3 hash of the
-                   carried state; state_target_ms = state_floor_ms + 1.3 x commit_floor_us";
+                   carried state; state_target_ms = state_floor_ms + 1.3 x commit_floor_us
+  inspect_ms       team1000: median ms to read the finished tree back from its store (load
+                   the log, verify its hash chain, fold every record), after the measured phase";
 
 /// Concurrent hosts of `chain3 --clients` when no number follows.
 pub const DEFAULT_CLIENTS: usize = 64;

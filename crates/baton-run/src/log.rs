@@ -17,7 +17,6 @@ use crate::ids::{ChildKey, EffectId, ProcessId, StartId};
 use crate::labels::Labels;
 use crate::payload::Payload;
 use crate::protocol::{ExecutionState, ProgramRef, Settlement, Signal, Transition};
-
 use crate::tagged;
 
 /// The kind of a record, stored beside its body for listing and fault injection.
