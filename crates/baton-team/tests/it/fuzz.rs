@@ -36,6 +36,23 @@ fn decision_seeds() -> Vec<String> {
         .collect()
 }
 
+/// Turns a team writes: one task running; then three tasks (settled,
+/// refused, running) that the memo's entries hold once a seed was decoded.
+fn turn_seeds() -> Vec<String> {
+    const RUNNING: &str = r#"{"process":"p_0123456789abcdef0123456789abcdef","request":{"input":1,"key":"a","worker":"w.num"}}"#;
+    const SETTLED: &str = r#"{"outcome":{"cause":"completion","output":2,"status":"completed"},"process":"p_00112233445566778899aabbccddeeff","request":{"input":1,"key":"s","worker":"w.num"}}"#;
+    const REFUSED: &str = r#"{"rejection":{"code":"engine.child.tree_limit","kind":"contract","message":"refused"},"request":{"input":"x","key":"r","worker":"w.text"}}"#;
+    vec![
+        format!(r#"{{"controls":[],"number":3,"state":{{"a":1}},"tasks":[{RUNNING}],"workers":[]}}"#),
+        format!(
+            r#"{{"controls":[],"number":4,"state":{{"tasks":[{SETTLED}]}},"tasks":[{SETTLED},{REFUSED},{RUNNING}],"workers":[]}}"#
+        ),
+    ]
+}
+
+/// The policy `fuzz_turns` decodes through, its memo kept across cases.
+static TURN_POLICY: std::sync::OnceLock<baton_team::Policy> = std::sync::OnceLock::new();
+
 proptest! {
     #![proptest_config(fuzz::config())]
 
@@ -51,13 +68,22 @@ proptest! {
         }
     }
 
-    /// A turn's text: it decodes, or it is refused.
+    /// A turn's text: it decodes, or it is refused; and a policy whose
+    /// memo holds the seeds' tasks sees exactly that turn, or fails with
+    /// exactly that error.
     #[test]
-    fn fuzz_turns(text in fuzz::text(vec![
-        r#"{"controls":[],"number":3,"state":{"a":1},"tasks":[{"request":{"input":1,"key":"a","worker":"w.num"},"process":"p_0123456789abcdef0123456789abcdef"}],"workers":[]}"#.to_owned(),
-    ])) {
+    fn fuzz_turns(text in fuzz::text(turn_seeds())) {
         if let Ok(payload) = Payload::parse_str(&text) {
             let _ = payload.decode::<Turn>();
+            let policy = TURN_POLICY.get_or_init(|| {
+                let policy = crate::policy_memo::policy();
+                for seed in turn_seeds() {
+                    let seed = Payload::parse_str(&seed).expect("the seeds are JSON");
+                    crate::policy_memo::check(&policy, &seed).expect("the seeds decode");
+                }
+                policy
+            });
+            crate::policy_memo::check(policy, &payload)?;
         }
     }
 

@@ -23,7 +23,7 @@ thread_local! {
 }
 
 /// A policy that records the turn it is given and answers with its number.
-fn policy() -> Policy {
+pub(crate) fn policy() -> Policy {
     Policy::new(PolicyConfig {
         name: "test.recorder".into(),
         description: "Records the turn.".into(),
@@ -41,7 +41,7 @@ fn policy() -> Policy {
 }
 
 /// Steps `policy` on `turn` and checks the step against the full decode.
-fn check(policy: &Policy, turn: &Payload) -> Result<(), TestCaseError> {
+pub(crate) fn check(policy: &Policy, turn: &Payload) -> Result<(), TestCaseError> {
     SEEN.with(|seen| seen.borrow_mut().take());
     let stepped = policy
         .start(turn)
@@ -223,6 +223,9 @@ enum Corruption {
     Missing { task: usize, member: u8 },
     Inconsistent { task: usize },
     WrongType { task: usize },
+    /// Not a corruption: the state holds a copy of the turn's first tasks
+    /// under the key `tasks`, met before the turn's own list.
+    Decoy { copied: usize },
 }
 
 fn corruption() -> impl Strategy<Value = Corruption> {
@@ -235,6 +238,7 @@ fn corruption() -> impl Strategy<Value = Corruption> {
         1 => (task, 0..5u8).prop_map(|(task, member)| Corruption::Missing { task, member }),
         1 => task.prop_map(|task| Corruption::Inconsistent { task }),
         1 => task.prop_map(|task| Corruption::WrongType { task }),
+        2 => any::<usize>().prop_map(|copied| Corruption::Decoy { copied }),
     ]
 }
 
@@ -303,6 +307,11 @@ fn corrupt(turn: &Turn, corruption: &Corruption) -> Payload {
                 );
                 task.insert("process".into(), json!(format!("p_{}", "0".repeat(32))));
             }
+        }
+        Corruption::Decoy { copied } => {
+            let tasks = value["tasks"].as_array().cloned().unwrap_or_default();
+            let copied = copied % (tasks.len() + 1);
+            value["state"] = json!({ "tasks": tasks[..copied] });
         }
         Corruption::WrongType { task } => {
             if let Some(task) = task_at(&mut value, task) {
