@@ -1,5 +1,6 @@
 //! Descriptors: a program's name, description and JSON Schemas.
 
+mod items;
 mod simplify;
 mod text;
 
@@ -29,7 +30,8 @@ struct Validators {
     value: jsonschema::Validator,
     /// The same schema compiled for canonical payload text, compiled when a
     /// payload is first validated, with equivalent rewrites that check
-    /// faster (`simplify`); `None` if it would not compile (a reference
+    /// faster (`simplify`) and a memo of the top-level arrays' accepted
+    /// elements (`items`); `None` if it would not compile (a reference
     /// into a rewritten part), and the value validator then judges alone.
     text: OnceLock<Option<jsonschema::Validator<text::CanonicalText>>>,
 }
@@ -41,10 +43,14 @@ impl Validators {
         let validator = self.text.get_or_init(|| {
             let mut schema = schema.to_value();
             simplify::constant_choices(&mut schema);
-            jsonschema::options_for::<text::CanonicalText>()
-                .with_draft(jsonschema::Draft::Draft202012)
-                .build(&schema)
-                .ok()
+            let options = jsonschema::options_for::<text::CanonicalText>()
+                .with_draft(jsonschema::Draft::Draft202012);
+            let options = if items::memoize_items(&mut schema) {
+                options.with_keyword(items::KEYWORD, items::compile)
+            } else {
+                options
+            };
+            options.build(&schema).ok()
         });
         text::is_valid(validator.as_ref()?, payload.as_str())
     }
@@ -479,6 +485,58 @@ mod tests {
         assert!(failure.message.contains("/quantity"), "{}", failure.message);
         let good = Payload::parse_str(r#"{"item":"tea","quantity":2}"#).expect("json");
         assert!(descriptor.check_input(&good).is_ok());
+    }
+
+    #[derive(serde::Serialize, schemars::JsonSchema)]
+    #[allow(dead_code)]
+    struct Batch {
+        orders: Vec<Order>,
+        note: String,
+    }
+
+    /// A list whose elements were accepted before is checked by its new
+    /// elements, and a new bad element is found among remembered ones.
+    #[test]
+    fn remembered_elements_never_hide_a_bad_one() {
+        let schema = Schema::of::<Batch>();
+        let order = |quantity: Value| serde_json::json!({"item": "tea", "quantity": quantity});
+        let batch = |orders: &[Value]| {
+            Payload::from_value(&serde_json::json!({"orders": orders, "note": "n"})).expect("json")
+        };
+        let mut orders: Vec<Value> = (0..5).map(|n| order(n.into())).collect();
+        assert!(schema.is_valid(&batch(&orders)));
+        // The text validator compiled, with the keyword standing in for
+        // the orders' `items`.
+        assert!(matches!(schema.validator.text.get(), Some(Some(_))));
+        for bad in [
+            order("two".into()),
+            order(Value::from(-1)),
+            serde_json::json!({"item": "tea"}),
+            serde_json::json!([]),
+            Value::Null,
+        ] {
+            orders.push(bad.clone());
+            assert!(!schema.is_valid(&batch(&orders)), "{bad}");
+            assert_eq!(
+                schema
+                    .validate(&batch(&orders))
+                    .map_err(|violation| violation.path),
+                Err(if bad.is_object() && bad.get("quantity").is_some() {
+                    "/orders/5/quantity".to_owned()
+                } else {
+                    "/orders/5".to_owned()
+                }),
+                "{bad}"
+            );
+            orders.pop();
+            assert!(schema.is_valid(&batch(&orders)));
+        }
+        let note =
+            Payload::from_value(&serde_json::json!({"orders": orders, "note": 1})).expect("json");
+        assert!(
+            !schema.is_valid(&note),
+            "the rest of the payload is checked"
+        );
     }
 
     #[test]

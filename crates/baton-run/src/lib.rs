@@ -98,7 +98,7 @@ pub mod program {
     };
     pub use crate::digest::Purpose;
     pub use crate::failure::StepError;
-    pub use crate::payload::{PayloadWriter, WriteError, deserialize_present};
+    pub use crate::payload::{PayloadWriter, WriteError, common_prefix, deserialize_present};
     pub use crate::protocol::{
         Boundary, ChildOutcome, ChildSignal, Condition, Definition, Effect, Execution,
         ExecutionState, Grant, ProgramConfig, Signal, SignalBody, Transition, configuration_digest,

@@ -239,6 +239,23 @@ fn nesting(text: &[u8]) -> usize {
     deepest
 }
 
+/// The length of the longest common prefix of `a` and `b`, compared a
+/// block at a time: how much of a payload's text a recently read one
+/// already covers, for code that reads by difference.
+pub fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    const BLOCK: usize = 256;
+    let length = a.len().min(b.len());
+    let mut at = 0;
+    while at + BLOCK <= length && a[at..at + BLOCK] == b[at..at + BLOCK] {
+        at += BLOCK;
+    }
+    at + a[at..length]
+        .iter()
+        .zip(&b[at..length])
+        .position(|(x, y)| x != y)
+        .unwrap_or(length - at)
+}
+
 /// For `#[serde(default, deserialize_with = "...")]` on an optional member
 /// that is either absent or holds a value: the member's value is
 /// deserialized as `T` itself, so an explicit JSON `null` is refused unless
@@ -753,6 +770,19 @@ impl<'de> Visitor<'de> for StrictText<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_common_prefix_is_found_across_blocks() {
+        let a = vec![7u8; 1000];
+        for split in [0, 1, 255, 256, 257, 511, 999] {
+            let mut b = a.clone();
+            b[split] = 8;
+            assert_eq!(common_prefix(&a, &b), split);
+        }
+        assert_eq!(common_prefix(&a, &a), 1000);
+        assert_eq!(common_prefix(&a, &a[..300]), 300);
+        assert_eq!(common_prefix(&a[..0], &a), 0);
+    }
 
     #[test]
     fn key_order_and_whitespace_do_not_matter() {

@@ -837,11 +837,12 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::codec::memo::{Restored, common_prefix};
+    use crate::codec::memo::Restored;
     use crate::codec::record::{decode_after, decode_full};
     use crate::state::StateError;
     use crate::wire::TaskRequest;
     use crate::{Decision, Policy, PolicyConfig};
+    use baton_run::program::common_prefix;
 
     struct Plain(Descriptor);
 

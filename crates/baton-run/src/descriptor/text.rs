@@ -346,6 +346,27 @@ impl<'a> TextNode<'a> {
         self.doc.entry(self.at)
     }
 
+    /// The node's JSON text (a slice of the payload's canonical text).
+    pub(crate) fn text(&self) -> &'a str {
+        let entry = self.entry();
+        let (start, end) = (entry.start as usize, entry.end as usize);
+        match entry.kind {
+            // A string's span is its contents; its quotes are around it
+            // (a property name's string node has none: it is its text).
+            Kind::String | Kind::Key => start
+                .checked_sub(1)
+                .and_then(|open| self.doc.text.get(open..=end))
+                .unwrap_or(&self.doc.text[start..end]),
+            _ => &self.doc.text[start..end],
+        }
+    }
+
+    /// The text of an object or array node (its canonical JSON, which
+    /// determines its value); none for other nodes.
+    pub(crate) fn container_text(&self) -> Option<&'a str> {
+        matches!(self.entry().kind, Kind::Object | Kind::Array).then(|| self.text())
+    }
+
     /// JSON equality with `expected`, numbers compared mathematically, as
     /// `jsonschema`'s `cmp::equal` does on the `Value` of this node.
     fn equals(&self, expected: &Value) -> bool {

@@ -528,6 +528,59 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(Config::with_cases(1000))]
+
+    /// The text validator remembers the elements of a top-level array it
+    /// accepted and accepts them again unchecked: lists drawn from a small
+    /// pool (so elements repeat across lists, at other positions, beside
+    /// new ones), and lists that grow from the ones before (so they begin
+    /// with the last list accepted), get the verdicts of the schema as
+    /// written.
+    #[test]
+    fn remembered_items_agree(
+        root in schema_object(subschema()),
+        items in prop_oneof![Just(json!({"$ref": "#/$defs/A"})), subschema()],
+        defs in (subschema(), subschema()),
+        pool in prop::collection::vec(instance(), 1..8),
+        lists in prop::collection::vec(prop::collection::vec(any::<prop::sample::Index>(), 0..6), 1..8),
+        seeds in prop::collection::vec(any::<u64>(), 2),
+    ) {
+        let Value::Object(mut root) = root else { unreachable!("schema_object builds objects") };
+        let list = json!({"type": "array", "items": items});
+        match root.get_mut("properties") {
+            Some(Value::Object(properties)) => {
+                properties.insert("l".to_owned(), list);
+            }
+            _ => {
+                root.insert("properties".to_owned(), json!({"l": list}));
+            }
+        }
+        root.insert("$defs".to_owned(), json!({"A": defs.0, "B": defs.1}));
+        let root = Value::Object(root);
+        let Ok(schema) = Schema::new(Payload::from_value(&root).expect("small JSON")) else {
+            return Ok(());
+        };
+        // Elements drawn from the item schema join the pool, so that many
+        // lists are accepted and their elements remembered.
+        let item = root["properties"]["l"]["items"].clone();
+        let mut pool = pool;
+        for seed in &seeds {
+            pool.push(draw(&root, &item, &mut Choices(seed | 1), 0));
+        }
+        // Each list alone, and the lists so far joined, as a team's task
+        // list grows.
+        let mut grown = Vec::new();
+        for list in &lists {
+            let elements: Vec<Value> = list.iter().map(|index| index.get(&pool).clone()).collect();
+            agree(&schema, &json!({"l": elements}))?;
+            agree(&schema, &json!({"l": elements, "a": 1}))?;
+            grown.extend(elements);
+            agree(&schema, &json!({"l": grown}))?;
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Real schemas: the team's wire types and the kernel's.
 

@@ -17,6 +17,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use baton_run::program::common_prefix;
 use baton_run::{Payload, ProcessId};
 
 use super::recent::Recent;
@@ -93,39 +94,5 @@ impl Memo {
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.recent.len()
-    }
-}
-
-/// The length of the longest common prefix of `a` and `b`, compared a
-/// block at a time.
-pub(crate) fn common_prefix(a: &[u8], b: &[u8]) -> usize {
-    const BLOCK: usize = 256;
-    let length = a.len().min(b.len());
-    let mut at = 0;
-    while at + BLOCK <= length && a[at..at + BLOCK] == b[at..at + BLOCK] {
-        at += BLOCK;
-    }
-    at + a[at..length]
-        .iter()
-        .zip(&b[at..length])
-        .position(|(x, y)| x != y)
-        .unwrap_or(length - at)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_common_prefix_is_found_across_blocks() {
-        let a = vec![7u8; 1000];
-        for split in [0, 1, 255, 256, 257, 511, 999] {
-            let mut b = a.clone();
-            b[split] = 8;
-            assert_eq!(common_prefix(&a, &b), split);
-        }
-        assert_eq!(common_prefix(&a, &a), 1000);
-        assert_eq!(common_prefix(&a, &a[..300]), 300);
-        assert_eq!(common_prefix(&a[..0], &a), 0);
     }
 }

@@ -30,12 +30,11 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use baton_run::Payload;
-use baton_run::program::Descriptor;
+use baton_run::program::{Descriptor, common_prefix};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::CodecError;
-use super::memo::common_prefix;
 use super::recent::Recent;
 use crate::{ControlReceipt, Task, Turn};
 
@@ -400,7 +399,10 @@ mod tests {
                 serde_json::from_str(&turn(number, requested, requested)).expect("valid");
             let tasks = list(&kept).as_array().expect("a list")[..copied].to_vec();
             value["state"] = serde_json::json!({ "tasks": tasks });
-            Payload::from_value(&value).expect("valid").as_str().to_owned()
+            Payload::from_value(&value)
+                .expect("valid")
+                .as_str()
+                .to_owned()
         };
         for (number, requested, copied) in [(3, 0, 6), (3, 6, 6), (4, 2, 6), (5, 8, 3), (6, 0, 0)] {
             let text = decoy(number, requested, copied);

@@ -43,7 +43,9 @@ fn turn_seeds() -> Vec<String> {
     const SETTLED: &str = r#"{"outcome":{"cause":"completion","output":2,"status":"completed"},"process":"p_00112233445566778899aabbccddeeff","request":{"input":1,"key":"s","worker":"w.num"}}"#;
     const REFUSED: &str = r#"{"rejection":{"code":"engine.child.tree_limit","kind":"contract","message":"refused"},"request":{"input":"x","key":"r","worker":"w.text"}}"#;
     vec![
-        format!(r#"{{"controls":[],"number":3,"state":{{"a":1}},"tasks":[{RUNNING}],"workers":[]}}"#),
+        format!(
+            r#"{{"controls":[],"number":3,"state":{{"a":1}},"tasks":[{RUNNING}],"workers":[]}}"#
+        ),
         format!(
             r#"{{"controls":[],"number":4,"state":{{"tasks":[{SETTLED}]}},"tasks":[{SETTLED},{REFUSED},{RUNNING}],"workers":[]}}"#
         ),

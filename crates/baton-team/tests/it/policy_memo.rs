@@ -217,15 +217,33 @@ fn history(team: &str, steps: &[Step]) -> Vec<Turn> {
 #[derive(Clone, Debug)]
 enum Corruption {
     None,
-    UnknownField { task: usize, top: bool },
-    NullMember { task: usize, member: u8 },
-    BadKey { task: usize, key: u8 },
-    Missing { task: usize, member: u8 },
-    Inconsistent { task: usize },
-    WrongType { task: usize },
+    UnknownField {
+        task: usize,
+        top: bool,
+    },
+    NullMember {
+        task: usize,
+        member: u8,
+    },
+    BadKey {
+        task: usize,
+        key: u8,
+    },
+    Missing {
+        task: usize,
+        member: u8,
+    },
+    Inconsistent {
+        task: usize,
+    },
+    WrongType {
+        task: usize,
+    },
     /// Not a corruption: the state holds a copy of the turn's first tasks
     /// under the key `tasks`, met before the turn's own list.
-    Decoy { copied: usize },
+    Decoy {
+        copied: usize,
+    },
 }
 
 fn corruption() -> impl Strategy<Value = Corruption> {
