@@ -256,6 +256,36 @@ pub fn common_prefix(a: &[u8], b: &[u8]) -> usize {
         .unwrap_or(length - at)
 }
 
+/// How many bytes at the start of `bytes` can sit in a JSON string as they
+/// are: the offset of the first quote, backslash or control character
+/// (below 0x20), or the length. Eight bytes are tested at a time.
+pub(crate) fn plain_run(bytes: &[u8]) -> usize {
+    const ONES: u64 = u64::from_le_bytes([1; 8]);
+    const HIGH: u64 = ONES << 7;
+    let special = |byte: &u8| matches!(byte, b'"' | b'\\' | 0x00..=0x1f);
+    let mut at = 0;
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+        let quote = word ^ (ONES * u64::from(b'"'));
+        let backslash = word ^ (ONES * u64::from(b'\\'));
+        // A byte's high bit is set where it is zero (the quote or the
+        // backslash) or below 0x20; a borrow can flag a byte above a
+        // flagged one, never below, so the lowest flag is exact.
+        let flags = (quote.wrapping_sub(ONES) & !quote
+            | backslash.wrapping_sub(ONES) & !backslash
+            | word.wrapping_sub(ONES * 0x20) & !word)
+            & HIGH;
+        if flags != 0 {
+            return at + (flags.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    at + bytes[at..]
+        .iter()
+        .position(special)
+        .unwrap_or(bytes.len() - at)
+}
+
 /// For `#[serde(default, deserialize_with = "...")]` on an optional member
 /// that is either absent or holds a value: the member's value is
 /// deserialized as `T` itself, so an explicit JSON `null` is refused unless
@@ -442,6 +472,7 @@ impl<'a> Canonical<'a> {
         let start = self.at;
         let mut escaped = false;
         loop {
+            self.at += plain_run(bytes.get(self.at..)?);
             match self.peek()? {
                 b'"' => {
                     let contents = &bytes[start..self.at];
@@ -770,6 +801,52 @@ impl<'de> Visitor<'de> for StrictText<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// The word-at-a-time scan stops where a byte-at-a-time scan does.
+        #[test]
+        fn plain_runs_end_where_a_byte_scan_ends(
+            bytes in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::prelude::Just(b'"'),
+                    proptest::prelude::Just(b'\\'),
+                    0x00u8..0x20,
+                    0x20u8..=0xff,
+                    0x20u8..=0xff,
+                    0x20u8..=0xff,
+                    0x20u8..=0xff,
+                ],
+                0..40,
+            ),
+            start in 0usize..40,
+        ) {
+            let bytes = &bytes[start.min(bytes.len())..];
+            let expected = bytes
+                .iter()
+                .position(|byte| *byte == b'"' || *byte == b'\\' || *byte < 0x20)
+                .unwrap_or(bytes.len());
+            proptest::prop_assert_eq!(plain_run(bytes), expected);
+        }
+    }
+
+    #[test]
+    fn plain_runs_stop_at_every_special_byte_in_every_lane() {
+        for special in [b'"', b'\\', 0x00, 0x1f, 0x0a] {
+            for length in 0..20 {
+                for at in 0..=length {
+                    let mut bytes = vec![b'a'; length];
+                    // Bytes just above the specials, and high bytes, around it.
+                    for (index, byte) in bytes.iter_mut().enumerate() {
+                        *byte = [b'a', 0x20, b'#', b']', 0x80, 0xff, b'!'][index % 7];
+                    }
+                    if at < length {
+                        bytes[at] = special;
+                    }
+                    assert_eq!(plain_run(&bytes), at, "{special:#x} at {at} of {length}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn the_common_prefix_is_found_across_blocks() {

@@ -276,6 +276,7 @@ fn key(bytes: &[u8], at: usize, tape: &mut Vec<Entry>) -> Option<usize> {
 fn string(bytes: &[u8], mut at: usize) -> Option<(usize, bool)> {
     let mut escaped = false;
     loop {
+        at += crate::payload::plain_run(bytes.get(at..)?);
         match *bytes.get(at)? {
             b'"' => return Some((at, escaped)),
             // An escape's second byte is never a quote that ends the
