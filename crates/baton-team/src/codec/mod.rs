@@ -34,6 +34,8 @@ pub(crate) mod turn;
 mod turn_memo;
 mod view;
 
+use std::ops::Range;
+
 use baton_run::program::WriteError;
 use baton_run::{ChildKey, PayloadError};
 
@@ -41,6 +43,15 @@ pub(crate) use forms::{ControlWire, TaskWire};
 pub(crate) use memo::Memo;
 pub(crate) use tasks::Tasks;
 pub(crate) use turn_memo::TurnMemo;
+
+/// Where `inner`, a slice of `outer`, lies in it (serde_json hands out
+/// borrowed strings and raw values as slices of the text it reads); none
+/// when it does not lie within it.
+pub(crate) fn span_in(outer: &str, inner: &str) -> Option<Range<usize>> {
+    let start = (inner.as_ptr() as usize).checked_sub(outer.as_ptr() as usize)?;
+    (start <= outer.len() && inner.len() <= outer.len() - start)
+        .then_some(start..start + inner.len())
+}
 
 /// Why the team's text could not be written or read.
 #[derive(Debug, thiserror::Error)]

@@ -18,10 +18,10 @@ use baton_run::program::PayloadWriter;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use super::CodecError;
 use super::memo::{Restored, Seen};
 use super::tasks::Tasks;
 use super::view::TaskView;
+use super::{CodecError, span_in};
 use crate::state::{Receipt, Record, StateError, TurnRecord};
 use crate::team::Shared;
 
@@ -71,15 +71,9 @@ fn non_empty<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
     }
 }
 
-/// Where `inner`, a slice of `outer`, lies in it (serde_json hands out
-/// borrowed strings and raw values as slices of the text it reads).
-fn span_in(outer: &str, inner: &str) -> Range<usize> {
-    let start = (inner.as_ptr() as usize).wrapping_sub(outer.as_ptr() as usize);
-    assert!(
-        start <= outer.len() && inner.len() <= outer.len() - start,
-        "text borrowed from the state lies within it"
-    );
-    start..start + inner.len()
+/// Where `inner`, text borrowed from the state `outer`, lies in it.
+fn span_of(outer: &str, inner: &str) -> Range<usize> {
+    span_in(outer, inner).expect("text borrowed from the state lies within it")
 }
 
 /// The canonical JSON of `record`, assembled from canonical parts in key
@@ -155,7 +149,7 @@ pub(crate) fn decode_full(
         .tasks
         .iter()
         .flatten()
-        .map(|fragment| span_in(text, fragment.get()))
+        .map(|fragment| span_of(text, fragment.get()))
         .collect::<Vec<_>>();
     assemble(state, shared, wire, &[], &rest)
 }
@@ -201,7 +195,7 @@ pub(crate) fn decode_after(
                 .iter()
                 .flatten()
                 .map(|fragment| {
-                    let span = span_in(&spliced, fragment.get());
+                    let span = span_of(&spliced, fragment.get());
                     span.start + shift..span.end + shift
                 })
                 .collect::<Vec<_>>();
@@ -242,7 +236,7 @@ fn assemble(
         // task, once in its lifetime (the memo hands the payload on).
         let payload = Payload::parse_str(fragment).map_err(CodecError::from)?;
         let at = |inner: &str| {
-            let span = span_in(fragment, inner);
+            let span = span_of(fragment, inner);
             start + span.start..start + span.end
         };
         seen.push(Seen {

@@ -34,8 +34,8 @@ use baton_run::program::{Descriptor, common_prefix};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::CodecError;
 use super::recent::Recent;
+use super::{CodecError, span_in};
 use crate::{ControlReceipt, Task, Turn};
 
 /// A decoded turn: its text, and its tasks in request order, each with
@@ -76,38 +76,30 @@ impl Source {
     }
 }
 
-/// A turn read with its tasks left as raw text. Its fields, their decoders
-/// and its strictness are those of [`Turn`], so it accepts a text exactly
-/// when [`Turn`] accepts it up to the tasks' contents.
+/// A turn read with its tasks left as raw text: as a list of each task's
+/// text, or (`Pieces<&RawValue>`) as the list's whole text, so where it
+/// lies is known. Its fields, their decoders and its strictness are those
+/// of [`Turn`], so it accepts a text exactly when [`Turn`] accepts it up to
+/// the tasks' contents.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Pieces<'a> {
+struct Pieces<Tasks> {
     number: u64,
     state: Payload,
     workers: Vec<Descriptor>,
-    #[serde(borrow)]
-    tasks: Vec<&'a RawValue>,
+    tasks: Tasks,
     controls: Vec<ControlReceipt>,
 }
 
-/// [`Pieces`] with the task list left whole, so where it lies is known.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Whole<'a> {
-    number: u64,
-    state: Payload,
-    workers: Vec<Descriptor>,
-    #[serde(borrow)]
-    tasks: &'a RawValue,
-    controls: Vec<ControlReceipt>,
-}
+/// Each task's text.
+type Listed<'a> = Pieces<Vec<&'a RawValue>>;
 
 /// What canonical text writes just before a turn's first task.
 const TASKS_OPEN: &str = r#""tasks":["#;
 
 /// The first tasks of a kept turn, found unchanged at the head of a turn's
 /// task list.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 struct Skip {
     /// The kept turn (its index among the entries read).
     entry: usize,
@@ -121,21 +113,14 @@ struct Skip {
     resume: usize,
 }
 
-/// Where `inner`, a slice of `outer`, lies in it (serde_json hands out
-/// borrowed raw values as slices of the text it reads).
-fn span_in(outer: &str, inner: &str) -> Option<Range<usize>> {
-    let start = (inner.as_ptr() as usize).checked_sub(outer.as_ptr() as usize)?;
-    (start <= outer.len() && inner.len() <= outer.len() - start)
-        .then_some(start..start + inner.len())
-}
-
 /// The kept turn whose first tasks open the task list of `text` over the
 /// most tasks, and where they lie; none when no kept task does, or when
 /// what follows them is not a separator the cut can keep.
 fn skip_prefix(text: &str, recent: &[Arc<Entry>]) -> Option<Skip> {
     let at = text.find(TASKS_OPEN)? + TASKS_OPEN.len();
     let list = &text.as_bytes()[at..];
-    let mut best: Option<Skip> = None;
+    // The kept turn sharing the most leading tasks (the newest on a tie).
+    let mut best: Option<(usize, usize)> = None;
     for (index, entry) in recent.iter().enumerate() {
         let Some(first) = entry.spans.first() else {
             continue;
@@ -145,20 +130,15 @@ fn skip_prefix(text: &str, recent: &[Arc<Entry>]) -> Option<Skip> {
         let count = entry
             .spans
             .partition_point(|span| span.end - first.start <= common);
-        if count > best.map_or(0, |best| best.count) {
-            best = Some(Skip {
-                entry: index,
-                count,
-                at,
-                resume: 0,
-            });
+        if count > best.map_or(0, |(_, most)| most) {
+            best = Some((index, count));
         }
     }
-    let mut skip = best?;
-    let spans = &recent[skip.entry].spans;
-    let end = at + (spans[skip.count - 1].end - spans[0].start);
+    let (entry, count) = best?;
+    let spans = &recent[entry].spans;
+    let end = at + (spans[count - 1].end - spans[0].start);
     let bytes = text.as_bytes();
-    skip.resume = match bytes.get(end)? {
+    let resume = match bytes.get(end)? {
         // After a comma the text must go on with a value, as the cut text
         // does after its `[`: a `]` or whitespace there would make a cut
         // text of a malformed one.
@@ -169,7 +149,12 @@ fn skip_prefix(text: &str, recent: &[Arc<Entry>]) -> Option<Skip> {
         b']' => end,
         _ => return None,
     };
-    Some(skip)
+    Some(Skip {
+        entry,
+        count,
+        at,
+        resume,
+    })
 }
 
 /// Parses `spliced`, a turn's text with the tasks of a [`Skip`] cut out of
@@ -185,8 +170,8 @@ fn skip_prefix(text: &str, recent: &[Arc<Entry>]) -> Option<Skip> {
 /// text's list is empty) or a comma and a value (where the spliced text's
 /// list begins with that value). So the turn parses exactly as the
 /// spliced text does, with the cut tasks first in its list.
-fn read_spliced(spliced: &str, at: usize) -> Option<Pieces<'_>> {
-    let whole: Whole<'_> = serde_json::from_str(spliced).ok()?;
+fn read_spliced(spliced: &str, at: usize) -> Option<Listed<'_>> {
+    let whole: Pieces<&RawValue> = serde_json::from_str(spliced).ok()?;
     let list = span_in(spliced, whole.tasks.get())?;
     if list.start + 1 != at {
         return None;
@@ -250,7 +235,7 @@ impl TurnMemo {
         }
         let pieces = match pieces {
             Some(pieces) => pieces,
-            None => serde_json::from_str::<Pieces<'_>>(text).ok()?,
+            None => serde_json::from_str::<Listed<'_>>(text).ok()?,
         };
         let head = known.len();
         let mut reused = head;
