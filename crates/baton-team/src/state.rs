@@ -307,6 +307,16 @@ fn repeated_key(keys: Vec<&str>) -> Option<&str> {
         .map(|pair| pair[0].1)
 }
 
+/// What a restore by difference has checked of a record before
+/// [`Record::check_with`]: its first `leading` tasks are, byte for byte,
+/// tasks of a state of this team that was accepted, and no two of its
+/// tasks share a key or a process.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Vouched {
+    /// How many leading tasks come from the accepted state.
+    pub leading: usize,
+}
+
 /// The phase, derived from the facts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -477,6 +487,17 @@ impl Record {
     /// Every rule a recorded state must keep; the first broken rule is the
     /// error.
     pub fn check(&self, shared: &Shared) -> Result<(), StateError> {
+        self.check_with(shared, None)
+    }
+
+    /// [`Record::check`], less what `vouched` holds for already. A record
+    /// it accepts is one `check` accepts; a record it rejects, `check`
+    /// rejects too, though with its own first error.
+    pub(crate) fn check_with(
+        &self,
+        shared: &Shared,
+        vouched: Option<Vouched>,
+    ) -> Result<(), StateError> {
         if self.completed {
             if self.initial.is_some()
                 || !self.tasks.is_empty()
@@ -524,7 +545,7 @@ impl Record {
         if turn.outcome_arrived && !self.all().any(|task| task.drained) {
             return Err(StateError::OutcomeNotRecorded);
         }
-        self.check_tasks(shared, turn)?;
+        self.check_tasks(shared, turn, vouched)?;
         self.check_controls(shared, turn)?;
         match (turn.decided, self.phase()) {
             (None, _) => Ok(()),
@@ -551,7 +572,12 @@ impl Record {
         }
     }
 
-    fn check_tasks(&self, shared: &Shared, turn: &TurnRecord) -> Result<(), StateError> {
+    fn check_tasks(
+        &self,
+        shared: &Shared,
+        turn: &TurnRecord,
+        vouched: Option<Vouched>,
+    ) -> Result<(), StateError> {
         if !shared.max_tasks.allows(0, self.tasks.len() as u64) {
             return Err(StateError::TooManyTasks {
                 count: self.tasks.len(),
@@ -563,21 +589,32 @@ impl Record {
             return Err(StateError::DecidedTasksMissing);
         }
         let before = self.tasks.len() - decided;
-        let mut keys = Vec::with_capacity(self.tasks.len());
-        let mut processes = Vec::with_capacity(self.tasks.len());
+        let leading = vouched.map_or(0, |vouched| vouched.leading);
+        let unique = vouched.is_some();
+        let mut keys = Vec::with_capacity(if unique { 0 } else { self.tasks.len() });
+        let mut processes = Vec::with_capacity(if unique { 0 } else { self.tasks.len() });
         let mut pending_seen = false;
         let mut active = 0usize;
         for index in 0..self.tasks.len() {
             let task = self.tasks.facts(index);
             let key = task.key;
-            if key.starts_with(crate::RESERVED_PREFIX) {
-                return Err(StateError::ReservedKey { key: key.into() });
-            }
-            let Some(worker) = shared.worker_named(task.worker) else {
-                return Err(StateError::UnknownWorker { key: key.into() });
+            // A vouched task was checked alone in an accepted state of
+            // this team; the applied decision's are checked again below.
+            let worker = if index >= leading || index >= before {
+                if key.starts_with(crate::RESERVED_PREFIX) {
+                    return Err(StateError::ReservedKey { key: key.into() });
+                }
+                let Some(worker) = shared.worker_named(task.worker) else {
+                    return Err(StateError::UnknownWorker { key: key.into() });
+                };
+                Some(worker)
+            } else {
+                None
             };
-            keys.push(key);
-            processes.extend(task.process);
+            if !unique {
+                keys.push(key);
+                processes.extend(task.process);
+            }
             if task.is_pending() {
                 if index < before {
                     return Err(StateError::PendingOutsideDecision { key: key.into() });
@@ -590,7 +627,9 @@ impl Record {
             if task.is_running() {
                 active += 1;
             }
-            if index >= before {
+            if index >= before
+                && let Some(worker) = worker
+            {
                 let task = self
                     .tasks
                     .decoded_at(index)

@@ -18,11 +18,11 @@ use baton_run::program::PayloadWriter;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use super::memo::{Restored, Seen};
+use super::memo::{Index, Repeated, Restored, Seen};
 use super::tasks::Tasks;
 use super::view::TaskView;
 use super::{CodecError, span_in};
-use crate::state::{Receipt, Record, StateError, TurnRecord};
+use crate::state::{Receipt, Record, StateError, TurnRecord, Vouched};
 use crate::team::Shared;
 
 #[derive(Deserialize)]
@@ -120,26 +120,26 @@ pub(crate) fn encode(record: &Record) -> Result<Payload, CodecError> {
 pub(crate) fn decode(state: &Payload, shared: &Shared) -> Result<Record, StateError> {
     let memo = shared.memo();
     if let Some((base, common)) = memo.nearest(state.as_str())
-        && let Some(Ok((record, seen))) = decode_after(state, shared, &base, common)
+        && let Some(Ok((record, restored))) = decode_after(state, shared, &base, common)
     {
         if common < state.len() || common < base.source.len() {
-            memo.insert(Restored::new(state, seen));
+            memo.insert(restored);
         }
         return Ok(record);
     }
     // A rejected state takes the full decode too, so its error is the
     // one the full decode reports.
-    let (record, seen) = decode_full(state, shared)?;
-    memo.insert(Restored::new(state, seen));
+    let (record, restored) = decode_full(state, shared)?;
+    memo.insert(restored);
     Ok(record)
 }
 
 /// Decodes a recorded state in full; with it, what a later restore by
-/// difference needs of each task.
+/// difference needs of it.
 pub(crate) fn decode_full(
     state: &Payload,
     shared: &Shared,
-) -> Result<(Record, Vec<Seen>), StateError> {
+) -> Result<(Record, Restored), StateError> {
     let text = state.as_str();
     let wire: RecordIn<'_> = serde_json::from_str(text).map_err(CodecError::from)?;
     if wire.tasks.as_ref().is_some_and(Vec::is_empty) {
@@ -151,14 +151,18 @@ pub(crate) fn decode_full(
         .flatten()
         .map(|fragment| span_of(text, fragment.get()))
         .collect::<Vec<_>>();
-    assemble(state, shared, wire, &[], &rest)
+    let (record, seen) = assemble(state, wire, &[], &rest)?;
+    record.check(shared)?;
+    Ok((record, Restored::new(state, seen)))
 }
 
 /// Decodes `state` by difference from `base`, whose text agrees with it
 /// on the first `common` bytes: the tasks of `base` that lie wholly in
 /// that prefix are taken from it as they were read, only the rest of
-/// the text is parsed, and every record-level check runs over all the
-/// tasks. `None` when nothing of `base` can be reused.
+/// the text is parsed, the keys and processes of the rest are checked
+/// against the reused tasks' in `base`'s index, and every other
+/// record-level check runs over all the tasks. `None` when nothing of
+/// `base` can be reused.
 ///
 /// Why this is exact: a JSON parse reads left to right, so up to byte
 /// `common` it meets the same fields and the same first tasks, at the
@@ -167,13 +171,14 @@ pub(crate) fn decode_full(
 /// configuration's part, its worker, is checked with the record). What
 /// follows the last reused task must be `,` or `]`; the text with the
 /// reused tasks cut out of the array then parses as the whole text
-/// would past them.
+/// would past them. The reused tasks passed the per-task checks and
+/// hold unique keys and processes, since `base` was accepted.
 pub(crate) fn decode_after(
     state: &Payload,
     shared: &Shared,
     base: &Restored,
     common: usize,
-) -> Option<Result<(Record, Vec<Seen>), StateError>> {
+) -> Option<Result<(Record, Restored), StateError>> {
     let text = state.as_str();
     let reused = base.tasks.partition_point(|task| task.span.end <= common);
     let first = base.tasks.first()?.span.start;
@@ -199,20 +204,38 @@ pub(crate) fn decode_after(
                     span.start + shift..span.end + shift
                 })
                 .collect::<Vec<_>>();
-            assemble(state, shared, wire, &base.tasks[..reused], &rest)
+            vouched(state, shared, wire, (base, reused), &rest)
         }
         Err(error) => Err(CodecError::from(error).into()),
     };
     Some(parsed)
 }
 
-/// Builds and checks the record of `state` from its fields, the tasks
-/// read before (`reused`, the first tasks) and the spans in `state` of
-/// the tasks still to read (`rest`, the others). The tasks of `wire`
+/// The record of `state` read by difference from the first `reused`
+/// tasks of `base` and the spans of the others (`rest`), checked.
+fn vouched(
+    state: &Payload,
+    shared: &Shared,
+    wire: RecordIn<'_>,
+    (base, reused): (&Restored, usize),
+    rest: &[Range<usize>],
+) -> Result<(Record, Restored), StateError> {
+    let (record, seen) = assemble(state, wire, &base.tasks[..reused], rest)?;
+    let index =
+        Index::after(state.as_str(), base, reused, &seen).map_err(|repeated| match repeated {
+            Repeated::Key(key) => StateError::RepeatedKey { key },
+            Repeated::Process(process) => StateError::RepeatedProcess { process },
+        })?;
+    record.check_with(shared, Some(Vouched { leading: reused }))?;
+    Ok((record, Restored::with_index(state, seen, index)))
+}
+
+/// Builds the record of `state` from its fields, the tasks read before
+/// (`reused`, the first tasks) and the spans in `state` of the tasks
+/// still to read (`rest`, the others), unchecked. The tasks of `wire`
 /// are ignored: `rest` names them.
 fn assemble(
     state: &Payload,
-    shared: &Shared,
     wire: RecordIn<'_>,
     reused: &[Seen],
     rest: &[Range<usize>],
@@ -255,7 +278,6 @@ fn assemble(
         controls: wire.controls.unwrap_or_default(),
         turn: wire.turn,
     };
-    record.check(shared)?;
     Ok((record, seen))
 }
 
