@@ -72,6 +72,10 @@ pub enum PayloadError {
     /// A [`PayloadWriter`] was finished before it held one whole value.
     #[error("cannot finish payload: {0}")]
     Unfinished(WriteError),
+    /// Parts that do not make a canonical payload were put together (see
+    /// [`Payload::with_first_member`]).
+    #[error("cannot assemble payload: {0}")]
+    Assembly(WriteError),
 }
 
 impl Payload {

@@ -6,7 +6,9 @@
 //! object come in strictly increasing byte order. The writer accepts parts
 //! only in those forms and checks only the structure around them, so the
 //! parts are copied and never scanned again. Nothing else can enter the
-//! text: there is no way to write raw text.
+//! text: there is no way to write raw text. [`Payload::with_first_member`]
+//! is the one-member case without a writer: an object payload with a
+//! member put in front of its first key.
 
 use super::{Payload, PayloadError};
 
@@ -118,6 +120,10 @@ pub enum WriteError {
         /// How many are open.
         open: usize,
     },
+    /// [`Payload::with_first_member`] of a payload that is not a JSON
+    /// object.
+    #[error("the payload is not an object")]
+    NotAnObject,
     /// [`PayloadWriter::finish`] before any value was written.
     #[error("no value was written")]
     Empty,
@@ -322,6 +328,81 @@ impl PayloadWriter {
     fn end_value(&mut self) {
         if self.open.is_empty() {
             self.complete = true;
+        }
+    }
+}
+
+impl Payload {
+    /// This payload, a JSON object, with one more member in front: `key`
+    /// (which must come before the object's first key in byte order, as
+    /// canonical members are sorted) with `value`. Both payloads are
+    /// copied, not scanned again.
+    ///
+    /// ```
+    /// use baton_run::Payload;
+    ///
+    /// let task = Payload::parse_str(r#"{"request":{"key":"a"}}"#)?;
+    /// let started = task.with_first_member("process", &Payload::encode(&"p_1")?)?;
+    /// assert_eq!(started.as_str(), r#"{"process":"p_1","request":{"key":"a"}}"#);
+    /// assert!(task.with_first_member("zone", &Payload::null()).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_first_member(&self, key: &str, value: &Payload) -> Result<Payload, PayloadError> {
+        let text = self.as_str();
+        let Some(members) = text
+            .strip_prefix('{')
+            .and_then(|rest| rest.strip_suffix('}'))
+        else {
+            return Err(PayloadError::Assembly(WriteError::NotAnObject));
+        };
+        if !members.is_empty() {
+            let first = first_key(members);
+            if *first <= *key {
+                return Err(PayloadError::Assembly(WriteError::KeyOrder {
+                    previous: key.to_owned(),
+                    key: first.into_owned(),
+                }));
+            }
+        }
+        let depth = self.depth().max(value.depth() + 1);
+        if depth > Payload::MAX_DEPTH {
+            return Err(PayloadError::Assembly(WriteError::TooDeep {
+                depth,
+                limit: Payload::MAX_DEPTH,
+            }));
+        }
+        let mut scratch = Vec::with_capacity(key.len() + 2);
+        crate::canonical::write_str(&mut scratch, key).expect("writing to a buffer does not fail");
+        let mut out = String::with_capacity(text.len() + scratch.len() + value.len() + 2);
+        out.push('{');
+        out.push_str(std::str::from_utf8(&scratch).expect("escaped UTF-8 is UTF-8"));
+        out.push(':');
+        out.push_str(value.as_str());
+        if !members.is_empty() {
+            out.push(',');
+            out.push_str(members);
+        }
+        out.push('}');
+        let payload = Payload::from_canonical(out.into_boxed_str())?;
+        payload.0.depth.get_or_init(|| depth);
+        Ok(payload)
+    }
+}
+
+/// The first key of a canonical object's members (its text without the
+/// braces, not empty), unescaped: borrowed where it holds no escape.
+fn first_key(members: &str) -> std::borrow::Cow<'_, str> {
+    let quoted = members
+        .strip_prefix('"')
+        .expect("a canonical object's members start with a key");
+    match quoted.find(['"', '\\']) {
+        Some(end) if quoted.as_bytes()[end] == b'"' => std::borrow::Cow::Borrowed(&quoted[..end]),
+        _ => {
+            let mut de = serde_json::Deserializer::from_str(members);
+            std::borrow::Cow::Owned(
+                <String as serde::Deserialize>::deserialize(&mut de)
+                    .expect("a canonical object's members start with a key"),
+            )
         }
     }
 }

@@ -113,6 +113,97 @@ proptest! {
     }
 }
 
+proptest! {
+    /// A member put in front of an object: accepted exactly when its key
+    /// comes before the object's first key (or the object is empty), and
+    /// then the canonical encoding of the object with that member.
+    #[test]
+    fn a_first_member_goes_only_before_the_first_key(
+        members in prop::collection::btree_map("[a\"#\\\\\u{e9}\n]{0,3}", tree(), 0..4),
+        key in "[a\"#\\\\\u{e9}\n]{0,3}",
+        value in tree(),
+    ) {
+        let object = Value::Object(members.clone().into_iter().collect());
+        let object = Payload::encode(&object).expect("encodes");
+        let part = Payload::encode(&value).expect("encodes");
+        let fits = members.keys().next().is_none_or(|first| key.as_bytes() < first.as_bytes());
+        match object.with_first_member(&key, &part) {
+            Ok(joined) => {
+                prop_assert!(fits);
+                let mut whole = members.clone();
+                whole.insert(key.clone(), value.clone());
+                let expected = Payload::encode(&Value::Object(whole.into_iter().collect())).expect("encodes");
+                prop_assert_eq!(joined.as_str(), expected.as_str());
+                let scanned = Payload::parse_str(joined.as_str()).expect("parses");
+                prop_assert_eq!(&scanned, &joined);
+                // The depth it carries is the one a scan finds: it fits
+                // under exactly as many arrays.
+                for open in Payload::MAX_DEPTH - 10..Payload::MAX_DEPTH {
+                    let fits = |part: &Payload| {
+                        let mut writer = PayloadWriter::new();
+                        for _ in 0..open {
+                            writer.begin_array().expect("within the limit");
+                        }
+                        writer.value(part).is_ok()
+                    };
+                    prop_assert_eq!(fits(&joined), fits(&scanned), "under {} arrays", open);
+                }
+            }
+            Err(error) => {
+                prop_assert!(!fits);
+                prop_assert_eq!(
+                    error,
+                    PayloadError::Assembly(WriteError::KeyOrder {
+                        previous: key.clone(),
+                        key: members.keys().next().cloned().unwrap_or_default(),
+                    })
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_first_member_goes_only_into_an_object_within_the_depth() {
+    let one = Payload::parse_str("1").expect("json");
+    for not_an_object in ["[1]", "1", r#""{x}""#, "null"] {
+        let part = Payload::parse_str(not_an_object).expect("json");
+        assert_eq!(
+            part.with_first_member("a", &one),
+            Err(PayloadError::Assembly(WriteError::NotAnObject))
+        );
+    }
+    let empty = Payload::parse_str("{}").expect("json");
+    assert_eq!(
+        empty.with_first_member("a", &one).expect("joins").as_str(),
+        r#"{"a":1}"#
+    );
+    let deepest = Payload::parse_str(&nested(Payload::MAX_DEPTH)).expect("readable");
+    assert_eq!(
+        empty.with_first_member("a", &deepest),
+        Err(PayloadError::Assembly(WriteError::TooDeep {
+            depth: Payload::MAX_DEPTH + 1,
+            limit: Payload::MAX_DEPTH,
+        }))
+    );
+    let deep = Payload::parse_str(&nested(Payload::MAX_DEPTH - 1)).expect("readable");
+    let joined = empty.with_first_member("a", &deep).expect("fits");
+    assert_eq!(
+        Payload::parse_str(joined.as_str()).expect("readable"),
+        joined
+    );
+    // An escaped first key is compared unescaped, as keys are sorted.
+    let escaped = Payload::parse_str(r#"{"\"x":1}"#).expect("json");
+    assert!(escaped.with_first_member("\\", &one).is_err());
+    assert_eq!(
+        escaped
+            .with_first_member("\"", &one)
+            .expect("joins")
+            .as_str(),
+        r#"{"\"":1,"\"x":1}"#
+    );
+}
+
 fn object_with(key: &str) -> PayloadWriter {
     let mut writer = PayloadWriter::new();
     writer.begin_object().expect("opens");

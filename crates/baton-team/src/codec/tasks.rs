@@ -16,7 +16,6 @@
 
 use baton_run::program::PayloadWriter;
 use baton_run::{Payload, ProcessId};
-use serde::Serialize;
 use std::ops::Range;
 
 use super::CodecError;
@@ -61,11 +60,6 @@ enum Body {
         worker: Range<usize>,
         process: Option<ProcessId>,
     },
-}
-
-/// The canonical JSON of `value`.
-fn encoded<T: Serialize>(value: &T) -> Result<String, CodecError> {
-    Ok(Payload::encode(value)?.as_str().to_owned())
 }
 
 impl Tasks {
@@ -197,25 +191,13 @@ impl Tasks {
         // The task gains its members in the reverse of their key order
         // (`request`, then `process` or `rejection`, then `outcome`), so the
         // new member comes first: its canonical text is the member, then
-        // the members the task had. The new text is checked by the
-        // canonical scanner (one task, once per fact).
+        // the members the task had, copied.
         let (name, value) = match &fact {
-            Fact::Started(process) => ("process", format!("\"{process}\"")),
-            Fact::Refused(failure) => ("rejection", encoded(failure)?),
-            Fact::Drained(termination) => ("outcome", encoded(termination)?),
+            Fact::Started(process) => ("process", Payload::encode(process)?),
+            Fact::Refused(failure) => ("rejection", Payload::encode(failure)?),
+            Fact::Drained(termination) => ("outcome", Payload::encode(termination)?),
         };
-        let old = entry.text.as_str();
-        let members = old
-            .strip_prefix('{')
-            .expect("a task's text is a JSON object with its request");
-        let mut text = String::with_capacity(name.len() + value.len() + old.len() + 4);
-        text.push_str("{\"");
-        text.push_str(name);
-        text.push_str("\":");
-        text.push_str(&value);
-        text.push(',');
-        text.push_str(members);
-        entry.text = Payload::parse_str(&text)?;
+        entry.text = entry.text.with_first_member(name, &value)?;
         match fact {
             Fact::Started(process) => task.process = Some(process),
             Fact::Refused(failure) => task.rejection = Some(failure),
