@@ -74,9 +74,9 @@ impl Restored {
 
 /// The keys and processes of a restored state's tasks, each sorted: a
 /// restore by difference checks only its new tasks' keys and processes
-/// against the tasks it reuses (by binary search in the base's index),
-/// instead of sorting every task's again, and merges the two into the
-/// new state's index.
+/// against the tasks it reuses (by a galloping search in the base's
+/// index), instead of sorting every task's again, and merges the two into
+/// the new state's index.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Index {
     /// Task positions, in the order of their keys' text.
