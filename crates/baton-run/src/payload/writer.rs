@@ -371,11 +371,9 @@ impl Payload {
                 limit: Payload::MAX_DEPTH,
             }));
         }
-        let mut scratch = Vec::with_capacity(key.len() + 2);
-        crate::canonical::write_str(&mut scratch, key).expect("writing to a buffer does not fail");
-        let mut out = String::with_capacity(text.len() + scratch.len() + value.len() + 2);
+        let mut out = String::with_capacity(text.len() + key.len() + value.len() + 8);
         out.push('{');
-        out.push_str(std::str::from_utf8(&scratch).expect("escaped UTF-8 is UTF-8"));
+        write_string(&mut out, &mut Vec::with_capacity(key.len() + 2), key);
         out.push(':');
         out.push_str(value.as_str());
         if !members.is_empty() {

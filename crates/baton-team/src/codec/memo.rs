@@ -55,11 +55,7 @@ impl Restored {
     /// are therefore unique), indexed by sorting.
     pub fn new(source: &Payload, tasks: Vec<Seen>) -> Restored {
         let index = Index::sorted(source.as_str(), &tasks);
-        Restored {
-            source: source.clone(),
-            tasks: tasks.into_boxed_slice(),
-            index,
-        }
+        Restored::with_index(source, tasks, index)
     }
 
     /// `tasks` of `source` with their index, made by [`Index::after`].
