@@ -16,6 +16,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use crate::chunk;
 use crate::cuts::Writing;
+use crate::packed;
 
 /// Maps a SQLite failure to a storage error, keeping it as the cause:
 /// damaged files are `Corrupt`; a full disk, a read-only file, refused
@@ -267,7 +268,7 @@ fn read_meta(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<StoredMeta>
 pub(crate) fn load(conn: &Connection, tree: TreeId, whole: bool) -> Result<TreeLoad, StoreError> {
     let row = conn
         .prepare_cached(&format!(
-            "SELECT key, head_seq, head_hash, {META_COLUMNS} FROM trees WHERE id = ?1"
+            "SELECT key, head_seq, head_hash, log, {META_COLUMNS} FROM trees WHERE id = ?1"
         ))
         .map_err(storage)?
         .query_row([tree.to_string()], |row| {
@@ -275,12 +276,13 @@ pub(crate) fn load(conn: &Connection, tree: TreeId, whole: bool) -> Result<TreeL
                 row.get::<_, i64>(0)?,
                 row.get::<_, i64>(1)?,
                 row.get::<_, Vec<u8>>(2)?,
-                read_meta(row, 3)?,
+                row.get::<_, Option<Vec<u8>>>(3)?,
+                read_meta(row, 4)?,
             ))
         })
         .optional()
         .map_err(storage)?;
-    let Some((key, head_seq, head_hash, columns)) = row else {
+    let Some((key, head_seq, head_hash, log, columns)) = row else {
         return Ok(TreeLoad::default());
     };
     let meta = columns.decode(tree)?;
@@ -293,7 +295,7 @@ pub(crate) fn load(conn: &Connection, tree: TreeId, whole: bool) -> Result<TreeL
         (Some(snapshot), false) => snapshot.seq,
         _ => 0,
     };
-    let records = read_records(conn, tree, key, after)?;
+    let records = read_records(conn, tree, TreeLog { key, log }, after)?;
     Ok(TreeLoad {
         meta,
         snapshot,
@@ -339,12 +341,32 @@ fn read_snapshot(
     }))
 }
 
+/// Where a tree's records are: its row's key, and its packed first records
+/// (see `packed.rs`), if any.
+struct TreeLog {
+    key: i64,
+    log: Option<Vec<u8>>,
+}
+
+/// The packed first records of a tree, when its row has them.
+fn unpack(tree: TreeId, log: Option<&[u8]>) -> Result<Vec<Record>, StoreError> {
+    match log {
+        Some(log) => packed::unpack(log, &|| format!("the first records of tree {tree}")),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// The records of a tree after sequence `after`: those packed in its row,
+/// then the rows of `records`.
 fn read_records(
     conn: &Connection,
     tree: TreeId,
-    key: i64,
+    stored: TreeLog,
     after: u64,
 ) -> Result<Vec<Record>, StoreError> {
+    let TreeLog { key, log } = stored;
+    let mut records = unpack(tree, log.as_deref())?;
+    records.retain(|record| record.seq > after);
     let mut statement = conn
         .prepare_cached(
             "SELECT seq, prev, hash, kind, body, chunks FROM records
@@ -365,33 +387,38 @@ fn read_records(
         .map_err(storage)?
         .collect::<Result<Vec<_>, _>>()
         .map_err(storage)?;
-    rows.into_iter()
-        .map(|(seq, prev, hash, kind, body, chunks)| {
-            let what = || format!("record {seq} of tree {tree}");
-            let body = decode(conn, key, body, chunks, &what)?;
-            // The stored hash is returned as stored: `verify` recomputes it
-            // from the body, so any edit shows at exactly this record.
-            Ok(Record {
-                seq: uint(seq)?,
-                prev: digest(&prev)?,
-                hash: digest(&hash)?,
-                kind: parse_kind(&kind)?,
-                body: Arc::from(body),
-            })
-        })
-        .collect()
+    records.reserve(rows.len());
+    for (seq, prev, hash, kind, body, chunks) in rows {
+        let what = || format!("record {seq} of tree {tree}");
+        let body = decode(conn, key, body, chunks, &what)?;
+        // The stored hash is returned as stored: `verify` recomputes it
+        // from the body, so any edit shows at exactly this record.
+        records.push(Record {
+            seq: uint(seq)?,
+            prev: digest(&prev)?,
+            hash: digest(&hash)?,
+            kind: parse_kind(&kind)?,
+            body: Arc::from(body),
+        });
+    }
+    Ok(records)
 }
 
 /// Every stored record of a tree (those after the snapshot when compacted).
 pub(crate) fn history(conn: &Connection, tree: TreeId) -> Result<Vec<Record>, StoreError> {
-    let key: Option<i64> = conn
-        .prepare_cached("SELECT key FROM trees WHERE id = ?1")
+    let stored = conn
+        .prepare_cached("SELECT key, log FROM trees WHERE id = ?1")
         .map_err(storage)?
-        .query_row([tree.to_string()], |row| row.get(0))
+        .query_row([tree.to_string()], |row| {
+            Ok(TreeLog {
+                key: row.get(0)?,
+                log: row.get(1)?,
+            })
+        })
         .optional()
         .map_err(storage)?;
-    match key {
-        Some(key) => read_records(conn, tree, key, 0),
+    match stored {
+        Some(stored) => read_records(conn, tree, stored, 0),
         None => Ok(Vec::new()),
     }
 }
@@ -524,14 +551,39 @@ pub(crate) fn acquire(conn: &Connection, request: &AcquireRequest) -> Result<Acq
     })
 }
 
-fn stored_hash(conn: &Connection, key: i64, seq: u64) -> Result<Option<Digest>, StoreError> {
+/// The stored hash of record `seq` of tree `tree` (row `key`), in
+/// `records` or among the first records packed in its row.
+fn stored_hash(
+    conn: &Connection,
+    tree: TreeId,
+    key: i64,
+    seq: u64,
+) -> Result<Option<Digest>, StoreError> {
     let hash: Option<Vec<u8>> = conn
         .prepare_cached("SELECT hash FROM records WHERE tree = ?1 AND seq = ?2")
         .map_err(storage)?
         .query_row(params![key, int(seq)], |row| row.get(0))
         .optional()
         .map_err(storage)?;
-    hash.map(|hash| digest(&hash)).transpose()
+    if let Some(hash) = hash {
+        return digest(&hash).map(Some);
+    }
+    let packed = unpack(tree, packed_log(conn, key)?.as_deref())?;
+    Ok(packed
+        .into_iter()
+        .find(|record| record.seq == seq)
+        .map(|record| record.hash))
+}
+
+/// The first records packed in the row of tree `key`, if it has them.
+fn packed_log(conn: &Connection, key: i64) -> Result<Option<Vec<u8>>, StoreError> {
+    let log: Option<Option<Vec<u8>>> = conn
+        .prepare_cached("SELECT log FROM trees WHERE key = ?1")
+        .map_err(storage)?
+        .query_row([key], |row| row.get(0))
+        .optional()
+        .map_err(storage)?;
+    Ok(log.flatten())
 }
 
 /// One append: compare-and-swap on the expected head and the fencing token.
@@ -603,6 +655,15 @@ pub(crate) fn create_tree(
     let last = create.records.last().ok_or_else(|| corrupt("no record"))?;
     let meta = &create.meta;
     let (program_name, program_digest, created, labels) = listed(meta);
+    // The short first records of a tree they end go into its row (see
+    // `packed.rs`); a tree that goes on keeps a slim row, which each of
+    // its later commits writes again.
+    let ends = !create.hold && meta.status == TreeStatus::Done;
+    let log = if ends {
+        packed::pack(&create.records, written.pack_max)
+    } else {
+        None
+    };
     let values = params![
         create.tree.to_string(),
         meta.scope.as_str(),
@@ -618,6 +679,7 @@ pub(crate) fn create_tree(
         program_digest,
         created,
         labels,
+        log,
     ];
     let key = match &row {
         // A row without records: a lease that was given up or ran out.
@@ -626,7 +688,7 @@ pub(crate) fn create_tree(
                 "UPDATE trees SET scope = ?2, status = ?3, updated = ?4,
                      lease_token = ?5, lease_owner = ?6, lease_until = ?7, last_token = ?8,
                      head_seq = ?9, head_hash = ?10, program_name = ?11, program_digest = ?12,
-                     created = ?13, labels = ?14
+                     created = ?13, labels = ?14, log = ?15
                  WHERE id = ?1",
             )
             .map_err(storage)?
@@ -638,8 +700,8 @@ pub(crate) fn create_tree(
             conn.prepare_cached(
                 "INSERT INTO trees (id, scope, status, updated, lease_token, lease_owner,
                      lease_until, last_token, head_seq, head_hash, program_name, program_digest,
-                     created, labels)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                     created, labels, log)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
             )
             .map_err(storage)?
             .execute(values)
@@ -647,7 +709,16 @@ pub(crate) fn create_tree(
             conn.last_insert_rowid()
         }
     };
-    insert_records(conn, key, &create.records, written)?;
+    if log.is_some() {
+        // The same payload bytes as inline rows of `records` would count.
+        written.bytes += create
+            .records
+            .iter()
+            .map(|record| record.body.len() as u64)
+            .sum::<u64>();
+    } else {
+        insert_records(conn, key, &create.records, written)?;
+    }
     Ok(Created::Committed(Lease {
         token: uint(token)?,
         owner: create.owner.clone(),
@@ -676,7 +747,7 @@ pub(crate) fn append(
                 // An identical retry of an acknowledged append is a
                 // duplicate; anything else at a committed sequence conflicts.
                 for record in &append.records {
-                    if stored_hash(conn, row.key, record.seq)? != Some(record.hash) {
+                    if stored_hash(conn, append.tree, row.key, record.seq)? != Some(record.hash) {
                         return Ok(AppendOutcome::Conflict { head });
                     }
                 }
@@ -750,7 +821,7 @@ pub(crate) fn write_snapshot(
     } else if let Some((_, hash)) = previous.filter(|(seq, _)| *seq == snapshot.seq) {
         Some(hash)
     } else {
-        stored_hash(conn, row.key, snapshot.seq)?
+        stored_hash(conn, tree, row.key, snapshot.seq)?
     };
     // The snapshot must name a point of this chain: not past the head, not
     // behind the current snapshot, and matching the record it covers.
@@ -778,6 +849,7 @@ pub(crate) fn write_snapshot(
             .map_err(storage)?
             .execute(params![row.key, int(snapshot.seq)])
             .map_err(storage)?;
+        unpack_covered(conn, tree, row.key, snapshot.seq)?;
         collect_chunks(conn, row.key)?;
         // The cuts of deleted records may name deleted chunks; the
         // snapshot's own are all referenced by it, and the tree's next
@@ -788,6 +860,40 @@ pub(crate) fn write_snapshot(
         written.cuts.keep(row.key, cut);
     }
     Ok(AppendOutcome::Committed)
+}
+
+/// Empties the packed first records of tree `tree` (row `key`) once a
+/// compaction covers any of them: those after `seq` become rows of
+/// `records`, so the packed records stay the log's first ones.
+fn unpack_covered(conn: &Connection, tree: TreeId, key: i64, seq: u64) -> Result<(), StoreError> {
+    let Some(log) = packed_log(conn, key)? else {
+        return Ok(());
+    };
+    let mut insert = conn
+        .prepare_cached(
+            "INSERT INTO records (tree, seq, kind, prev, hash, body, chunks)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL)",
+        )
+        .map_err(storage)?;
+    for record in unpack(tree, Some(&log))? {
+        if record.seq > seq {
+            insert
+                .execute(params![
+                    key,
+                    int(record.seq),
+                    record.kind.as_str(),
+                    &record.prev.as_bytes()[..],
+                    &record.hash.as_bytes()[..],
+                    &record.body[..],
+                ])
+                .map_err(storage)?;
+        }
+    }
+    conn.prepare_cached("UPDATE trees SET log = NULL WHERE key = ?1")
+        .map_err(storage)?
+        .execute([key])
+        .map_err(storage)?;
+    Ok(())
 }
 
 /// Deletes the chunks of a tree that neither a stored record nor the
@@ -892,6 +998,25 @@ mod fuzz {
 
     use super::*;
 
+    /// Two packed records, as a short first commit leaves them.
+    fn packed_sample() -> Vec<u8> {
+        let first = Record {
+            seq: 1,
+            prev: Digest::ZERO,
+            hash: Digest::from_bytes([1; 32]),
+            kind: RecordKind::TreeStarted,
+            body: Arc::from(&b"{\"tree\":1}"[..]),
+        };
+        let second = Record {
+            seq: 2,
+            prev: first.hash,
+            hash: Digest::from_bytes([2; 32]),
+            kind: RecordKind::Terminated,
+            body: Arc::from(&b"{}"[..]),
+        };
+        packed::pack(&[first, second], usize::MAX).expect("packs")
+    }
+
     proptest! {
         #![proptest_config(fuzz::config())]
 
@@ -903,6 +1028,27 @@ mod fuzz {
                     chunk::put_varint(&mut again, *id);
                 }
                 prop_assert_eq!(chunk::read_varints(&again), Some(ids));
+            }
+        }
+
+        #[test]
+        fn fuzz_packed_logs(bytes in fuzz::bytes(vec![packed_sample()])) {
+            // Reads whole or is `Corrupt`; what reads is a chain from
+            // sequence 1 and packs again to what reads the same.
+            match packed::unpack(&bytes, &|| "tree t".into()) {
+                Ok(records) => {
+                    let mut prev = Digest::ZERO;
+                    for (at, record) in records.iter().enumerate() {
+                        prop_assert_eq!(record.seq, at as u64 + 1);
+                        prop_assert_eq!(record.prev, prev);
+                        prev = record.hash;
+                    }
+                    // (`None` for a body too long to have been packed.)
+                    if let Some(again) = packed::pack(&records, usize::MAX) {
+                        prop_assert_eq!(packed::unpack(&again, &|| "tree t".into()), Ok(records));
+                    }
+                }
+                Err(error) => prop_assert!(matches!(error, StoreError::Corrupt { .. }), "{error}"),
             }
         }
 

@@ -82,6 +82,7 @@ mod chunk;
 mod cuts;
 mod db;
 mod inbox;
+mod packed;
 mod schema;
 
 use std::path::{Path, PathBuf};
@@ -538,6 +539,7 @@ impl SqliteStore {
         let notices = Arc::new(inbox::Notices::new());
         let writer_state = Writer {
             compact,
+            pack_max: packed::limit(page_size),
             counter: Arc::clone(&written),
             notices: Arc::clone(&notices),
         };
@@ -757,6 +759,8 @@ fn open_error(path: &Path, error: rusqlite::Error) -> OpenError {
 /// What the writer thread keeps besides its connection.
 struct Writer {
     compact: bool,
+    /// See `cuts::Writing::pack_max`.
+    pack_max: usize,
     /// Payload bytes committed; see [`SqliteStore::bytes_written`].
     counter: Arc<AtomicU64>,
     notices: Arc<inbox::Notices>,
@@ -794,6 +798,7 @@ fn apply(conn: &mut Connection, group: Vec<Write>, writer: &Writer, cuts: &mut c
         let mut writing = cuts::Writing {
             bytes: 0,
             cuts: &mut *cuts,
+            pack_max: writer.pack_max,
         };
         let mut written = Vec::with_capacity(group.len());
         for write in &group {

@@ -102,6 +102,13 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX trees_by_scope ON trees (scope, id);
     CREATE INDEX trees_open ON trees (status, scope, id) WHERE status <> 'done';
     ",
+    // Version 5: the first records of a tree that ends in its first
+    // commit, when short, packed into its row (`packed.rs`), so such a run
+    // writes no row of `records` and no entry of its key. NULL for rows
+    // written before and for trees whose first records were not packed.
+    "
+    ALTER TABLE trees ADD COLUMN log BLOB;
+    ",
 ];
 
 /// The schema version this build writes.

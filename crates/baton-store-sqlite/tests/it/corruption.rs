@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use baton_run::store::{ListFilter, Store, TreeStatus};
+use baton_run::store::{ListFilter, Store, StoreError, TreeStatus};
 use baton_run::{
     Engine, EngineConfig, Payload, RecoverOptions, Scope, SignalId, SignalReceipt, SignalRequest,
     TreeError, TreeId, Verification,
@@ -33,8 +33,9 @@ fn store_at(path: &Path) -> SqliteStore {
 
 fn engine(store: &SqliteStore) -> Engine {
     let ask = program(Kind::Ask, None);
+    let echo = program(Kind::Echo, None);
     Engine::new(EngineConfig {
-        programs: vec![ask.erase()],
+        programs: vec![ask.erase(), echo.erase()],
         snapshot_every: 4,
         ..EngineConfig::new(Arc::new(store.clone()))
     })
@@ -270,6 +271,107 @@ async fn every_kind_of_damage_is_found_with_its_record_and_leaves_other_trees_re
         "a tree row ahead of its log",
     )
     .await;
+}
+
+/// A tree that ends in its first commit keeps its records packed in its
+/// row: a flipped byte there is found at its record, and packed records
+/// cut short fail that tree alone, as a classified store error.
+#[tokio::test]
+async fn damage_to_packed_first_records_is_found_and_leaves_other_trees_readable() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store.db");
+    let mut trees = Vec::new();
+    {
+        let store = store_at(&path);
+        let engine = engine(&store);
+        let echo = program(Kind::Echo, None);
+        for key in ["damaged", "bystander"] {
+            let handle = engine
+                .start(&echo, request(key, json!({ "echo": key })))
+                .await
+                .expect("starts");
+            handle.join().await.expect("joins");
+            trees.push(handle.tree());
+        }
+        engine.close().await;
+    }
+    let (damaged, bystander) = (trees[0], trees[1]);
+    rusqlite::Connection::open(&path)
+        .and_then(|conn| {
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+                row.get::<_, i64>(0)
+            })
+        })
+        .expect("checkpoints");
+    let pristine = std::fs::read(&path).expect("reads");
+    let restore = || {
+        let _ = std::fs::remove_file(dir.path().join("store.db-wal"));
+        let _ = std::fs::remove_file(dir.path().join("store.db-shm"));
+        std::fs::write(&path, &pristine).expect("writes");
+    };
+    restore();
+    let checked = verify(&path, damaged)
+        .await
+        .expect("the pristine log verifies");
+    assert_eq!(checked.first, 1);
+
+    // A byte flipped in the last packed record (a version byte, the count,
+    // then each record, the last body last).
+    let packed = {
+        let conn = rusqlite::Connection::open(&path).expect("opens");
+        let (log, rows): (Vec<u8>, i64) = conn
+            .query_row(
+                "SELECT log, (SELECT count(*) FROM records WHERE records.tree = trees.key)
+                 FROM trees WHERE id = ?1",
+                [damaged.to_string()],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .expect("the first records are packed in the row");
+        assert_eq!(rows, 0, "no record is a row");
+        let count = u64::from(log[1]);
+        assert!(count > 1 && count < 0x80, "{count}");
+        assert_eq!(count, checked.head_seq);
+        let mut edited = log;
+        let at = edited.len() - 2;
+        edited[at] ^= 0x01;
+        conn.execute(
+            "UPDATE trees SET log = ?1 WHERE id = ?2",
+            params![edited, damaged.to_string()],
+        )
+        .expect("updates");
+        count
+    };
+    detected_at(
+        &path,
+        damaged,
+        bystander,
+        packed,
+        "a flip in a packed first record",
+    )
+    .await;
+
+    // The packed records cut short: the tree no longer reads, the
+    // bystander does.
+    restore();
+    {
+        let conn = rusqlite::Connection::open(&path).expect("opens");
+        conn.execute(
+            "UPDATE trees SET log = substr(log, 1, length(log) - 3) WHERE id = ?1",
+            [damaged.to_string()],
+        )
+        .expect("updates");
+    }
+    match verify(&path, damaged).await {
+        Err(TreeError::Store(StoreError::Corrupt { message, .. })) => assert!(
+            message.contains(&format!("the first records of tree {damaged}: ")),
+            "{message}"
+        ),
+        other => panic!("cut packed records were not detected: {other:?}"),
+    }
+    let checked = verify(&path, bystander)
+        .await
+        .expect("the bystander still verifies");
+    assert_eq!(checked.first, 1);
 }
 
 #[tokio::test]

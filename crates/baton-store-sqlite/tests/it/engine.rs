@@ -57,15 +57,67 @@ fn scope() -> Scope {
     Scope::new(SCOPE).expect("valid")
 }
 
-/// Where a record's bytes live in the file: inline, or its first chunk.
-fn stored_bytes(conn: &rusqlite::Connection, tree: TreeId, seq: u64) -> (String, i64, Vec<u8>) {
-    let key: i64 = conn
+/// Where a record's bytes live in the file.
+#[derive(Clone, Debug)]
+enum Place {
+    /// Inline in its row of `records`.
+    Records { key: i64 },
+    /// Its first piece, a row of `chunks`.
+    Chunk { id: i64 },
+    /// Among the first records packed in the tree's row (`trees.log`); the
+    /// bytes are the whole packed log and `body` the record's body in it.
+    Packed {
+        key: i64,
+        body: std::ops::Range<usize>,
+    },
+}
+
+/// Reads a LEB128 varint at `at`, moving past it.
+fn varint(bytes: &[u8], at: &mut usize) -> u64 {
+    let mut value = 0u64;
+    for shift in (0..).step_by(7) {
+        let byte = bytes[*at];
+        *at += 1;
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            break;
+        }
+    }
+    value
+}
+
+/// The span of record `seq`'s body in a packed log: a version byte, the
+/// count, then per record its kind's name, its 32-byte hash and its body,
+/// each name and body after its length.
+fn packed_body(log: &[u8], seq: u64) -> Option<std::ops::Range<usize>> {
+    let mut at = 1;
+    let count = varint(log, &mut at);
+    for current in 1..=count {
+        let kind = varint(log, &mut at) as usize;
+        at += kind + 32;
+        let len = varint(log, &mut at) as usize;
+        if current == seq {
+            return Some(at..at + len);
+        }
+        at += len;
+    }
+    None
+}
+
+/// Where record `seq` of `tree` lives in the file, and the bytes there.
+fn stored_bytes(conn: &rusqlite::Connection, tree: TreeId, seq: u64) -> (Place, Vec<u8>) {
+    let (key, log): (i64, Option<Vec<u8>>) = conn
         .query_row(
-            "SELECT key FROM trees WHERE id = ?1",
+            "SELECT key, log FROM trees WHERE id = ?1",
             [tree.to_string()],
-            |r| r.get(0),
+            |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .expect("tree row");
+    if let Some(log) = log
+        && let Some(body) = packed_body(&log, seq)
+    {
+        return (Place::Packed { key, body }, log);
+    }
     let (body, chunks): (Option<Vec<u8>>, Option<Vec<u8>>) = conn
         .query_row(
             "SELECT body, chunks FROM records WHERE tree = ?1 AND seq = ?2",
@@ -74,69 +126,62 @@ fn stored_bytes(conn: &rusqlite::Connection, tree: TreeId, seq: u64) -> (String,
         )
         .expect("record row");
     match (body, chunks) {
-        (Some(body), None) => ("records".into(), key, body),
+        (Some(body), None) => (Place::Records { key }, body),
         (None, Some(manifest)) => {
-            // The first chunk id (a LEB128 varint).
-            let mut id = 0i64;
-            for (index, byte) in manifest.iter().enumerate() {
-                id |= i64::from(byte & 0x7f) << (7 * index);
-                if byte & 0x80 == 0 {
-                    break;
-                }
-            }
+            let id = varint(&manifest, &mut 0) as i64;
             let bytes: Vec<u8> = conn
                 .query_row("SELECT bytes FROM chunks WHERE id = ?1", [id], |r| r.get(0))
                 .expect("chunk row");
-            ("chunks".into(), id, bytes)
+            (Place::Chunk { id }, bytes)
         }
         other => panic!("unexpected row {other:?}"),
     }
 }
 
-fn write_back(
-    conn: &rusqlite::Connection,
-    tree: TreeId,
-    seq: u64,
-    table: &str,
-    id: i64,
-    bytes: &[u8],
-) {
-    let changed = if table == "records" {
-        conn.execute(
+fn write_back(conn: &rusqlite::Connection, seq: u64, place: &Place, bytes: &[u8]) {
+    let changed = match place {
+        Place::Records { key } => conn.execute(
             "UPDATE records SET body = ?1 WHERE tree = ?2 AND seq = ?3",
-            rusqlite::params![bytes, id, seq as i64],
-        )
-    } else {
-        let _ = tree;
-        conn.execute(
+            rusqlite::params![bytes, key, seq as i64],
+        ),
+        Place::Chunk { id } => conn.execute(
             "UPDATE chunks SET bytes = ?1 WHERE id = ?2",
             rusqlite::params![bytes, id],
-        )
+        ),
+        Place::Packed { key, .. } => conn.execute(
+            "UPDATE trees SET log = ?1 WHERE key = ?2",
+            rusqlite::params![bytes, key],
+        ),
     }
     .expect("updates");
     assert_eq!(changed, 1);
 }
 
-/// Flips one byte of record `seq` in the file, checks that `verify` fails at
-/// exactly that record, and restores the byte.
-async fn tamper_is_detected(path: &Path, tree: TreeId, seq: u64) {
+/// Flips one byte of record `seq`'s body in the file, checks that `verify`
+/// fails at exactly that record, and restores the byte. Returns where the
+/// record was stored.
+async fn tamper_is_detected(path: &Path, tree: TreeId, seq: u64) -> Place {
     let conn = rusqlite::Connection::open(path).expect("opens");
-    let (table, id, original) = stored_bytes(&conn, tree, seq);
+    let (place, original) = stored_bytes(&conn, tree, seq);
     let mut edited = original.clone();
-    let at = edited.len() - 2;
+    let at = match &place {
+        Place::Packed { body, .. } => body.end - 2,
+        _ => edited.len() - 2,
+    };
     edited[at] ^= 0x01;
-    write_back(&conn, tree, seq, &table, id, &edited);
+    write_back(&conn, seq, &place, &edited);
     let verifier = Engine::new(EngineConfig::new(Arc::new(keeping_history(path))))
         .expect("the engine configuration is valid");
     match verifier.verify(&scope(), tree).await {
         Err(TreeError::Corrupt { message, .. }) => assert!(
             message.contains(&format!("record {seq}:")),
-            "an edit of record {seq} ({table}) reported as {message}"
+            "an edit of record {seq} ({place:?}) reported as {message}"
         ),
-        other => panic!("an edit of record {seq} ({table}) was not detected: {other:?}"),
+        other => panic!("an edit of record {seq} ({place:?}) was not detected: {other:?}"),
     }
     drop(verifier);
-    write_back(&conn, tree, seq, &table, id, &original);
+    write_back(&conn, seq, &place, &original);
+    place
 }
 
 #[tokio::test]
@@ -145,8 +190,9 @@ async fn editing_any_stored_record_in_the_file_is_detected_at_that_record() {
     let path = dir.path().join("store.db");
     let dispatcher = ScriptedDispatcher::echo(ReplayPolicy::Never);
     let program = program(Kind::Dispatch, Some(Arc::new(dispatcher)));
+    let echo = baton_testkit::programs::program(Kind::Echo, None);
     let store = keeping_history(&path);
-    let engine = engine(Arc::new(store.clone()), &[&program]);
+    let engine = engine(Arc::new(store.clone()), &[&program, &echo]);
     let handle = engine
         .start(&program, request("three", json!(["a", "b", "c"])))
         .await
@@ -162,6 +208,19 @@ async fn editing_any_stored_record_in_the_file_is_detected_at_that_record() {
         .expect("starts");
     large.await_result().await.expect("terminates");
     large.join().await.expect("joins");
+
+    // A third that ends in its first commit, which the store packs into
+    // the tree's row.
+    let short = engine
+        .start(&echo, request("short", json!({"echo": "me"})))
+        .await
+        .expect("starts");
+    assert_eq!(
+        short.join().await.expect("joins").status(),
+        Status::Completed
+    );
+    let short_records = store.records(short.tree()).await.expect("reads");
+    assert!(short_records.len() > 1, "{short_records:?}");
 
     let head = engine
         .verify(&scope(), handle.tree())
@@ -183,9 +242,17 @@ async fn editing_any_stored_record_in_the_file_is_detected_at_that_record() {
     drop(store);
 
     for record in &records {
-        tamper_is_detected(&path, handle.tree(), record.seq).await;
+        let place = tamper_is_detected(&path, handle.tree(), record.seq).await;
+        assert!(matches!(place, Place::Records { .. }), "{place:?}");
     }
-    tamper_is_detected(&path, large.tree(), 1).await;
+    assert!(matches!(
+        tamper_is_detected(&path, large.tree(), 1).await,
+        Place::Chunk { .. }
+    ));
+    for record in &short_records {
+        let place = tamper_is_detected(&path, short.tree(), record.seq).await;
+        assert!(matches!(place, Place::Packed { .. }), "{place:?}");
+    }
     // Everything restored: both logs verify again.
     let verifier = Engine::new(EngineConfig::new(Arc::new(keeping_history(&path))))
         .expect("the engine configuration is valid");
@@ -197,6 +264,7 @@ async fn editing_any_stored_record_in_the_file_is_detected_at_that_record() {
         Ok(head)
     );
     assert!(verifier.verify(&scope(), large.tree()).await.is_ok());
+    assert!(verifier.verify(&scope(), short.tree()).await.is_ok());
 }
 
 #[tokio::test]

@@ -9,7 +9,8 @@ use std::time::Duration;
 use baton_run::log::{Record, RecordBody, Snapshot};
 use baton_run::program::{ExecutionState, Transition};
 use baton_run::store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, ListFilter, Store, TreeMeta, TreeStatus,
+    AcquireRequest, Acquired, Append, AppendOutcome, CreateTree, Created, ListFilter, Store,
+    TreeMeta, TreeStatus,
 };
 use baton_run::{Digest, EffectId, Payload, ProcessId, Scope, StartId, Timestamp, TreeId};
 use baton_store_sqlite::{
@@ -660,4 +661,223 @@ async fn large_bodies_read_back_exactly_whichever_pieces_their_cuts_reuse() {
     let reopened = SqliteStore::open(&path).expect("opens again");
     let load = reopened.load(t).await.expect("loads");
     assert_eq!(load.records, written[4..].to_vec());
+}
+
+/// Whether tree `t`'s row holds packed first records, and how many rows of
+/// `records` it has.
+fn where_records_are(path: &Path, t: TreeId) -> (bool, i64) {
+    let conn = rusqlite::Connection::open(path).expect("opens");
+    conn.query_row(
+        "SELECT log IS NOT NULL, (SELECT count(*) FROM records WHERE records.tree = trees.key)
+         FROM trees WHERE id = ?1",
+        [t.to_string()],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )
+    .expect("the tree's row")
+}
+
+/// The short first commit of a tree it ends is kept in the tree's row,
+/// not as rows of `records` (one page fewer in two B-trees per short run);
+/// should the tree be written again (taken up by force), through later
+/// appends, retries of packed records, snapshots over part of them with
+/// compaction, and a reopen, the store reads the same log as if every
+/// record were a row.
+#[tokio::test]
+async fn a_short_first_commit_that_ends_its_tree_is_packed_and_reads_as_the_same_log() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store.db");
+    let store = SqliteStore::create(&path).expect("creates");
+    let t = tree("packed");
+    let mut log = vec![step(t, 1, Digest::ZERO, "one")];
+    for seq in 2..=3 {
+        let prev = log.last().expect("a record").hash;
+        log.push(settled(t, seq, prev));
+    }
+    let created = store
+        .create_tree(CreateTree {
+            tree: t,
+            owner: "test".into(),
+            now: Timestamp(0),
+            ttl: Duration::from_secs(60),
+            records: log.clone(),
+            meta: meta(t, TreeStatus::Done, 3),
+            hold: false,
+        })
+        .await
+        .expect("creates the tree");
+    assert!(matches!(created, Created::Committed(_)), "{created:?}");
+    assert_eq!(where_records_are(&path, t), (true, 0), "packed in the row");
+    assert_eq!(store.records(t).await.expect("reads"), log);
+    assert_eq!(store.load(t).await.expect("loads").records, log);
+    assert_eq!(
+        store.bytes_written(),
+        log.iter().map(|r| r.body.len() as u64).sum::<u64>()
+    );
+
+    // Taken up by force. A retry of packed records is a duplicate; other
+    // bytes there conflict.
+    let token = lease(&store, t).await;
+    let again = |records: Vec<Record>| Append {
+        tree: t,
+        token,
+        meta: meta(t, TreeStatus::Running, 3),
+        records,
+        release: false,
+    };
+    assert_eq!(
+        store.append(vec![again(log[1..].to_vec())]).await,
+        Ok(vec![AppendOutcome::Duplicate])
+    );
+    assert_eq!(
+        store
+            .append(vec![again(vec![settled(t, 2, Digest::ZERO)])])
+            .await,
+        Ok(vec![AppendOutcome::Conflict { head: 3 }])
+    );
+
+    // Later records are rows of `records`.
+    for seq in 4..=5 {
+        let prev = log.last().expect("a record").hash;
+        let record = settled(t, seq, prev);
+        append_one(&store, t, token, record.clone()).await;
+        log.push(record);
+    }
+    assert_eq!(where_records_are(&path, t), (true, 2));
+    assert_eq!(store.records(t).await.expect("reads"), log);
+
+    // A snapshot inside the packed records: the covered ones go, the rest
+    // become rows, and the log reads on from the snapshot.
+    let snapshot = Snapshot {
+        seq: 2,
+        head: log[1].hash,
+        state: Arc::from(&b"{\"state\":2}"[..]),
+    };
+    assert_eq!(
+        store.write_snapshot(t, token, snapshot.clone()).await,
+        Ok(AppendOutcome::Committed)
+    );
+    assert_eq!(where_records_are(&path, t), (false, 3));
+    assert_eq!(store.records(t).await.expect("reads"), log[2..].to_vec());
+    let load = store.load(t).await.expect("loads");
+    assert_eq!(load.snapshot, Some(snapshot));
+    assert_eq!(load.records, log[2..].to_vec());
+    // The moved records still answer a retry.
+    assert_eq!(
+        store.append(vec![again(log[2..4].to_vec())]).await,
+        Ok(vec![AppendOutcome::Duplicate])
+    );
+
+    // A second tree whose snapshot covers all its packed records, read
+    // again after a reopen.
+    let u = tree("covered");
+    let first = step(u, 1, Digest::ZERO, "one");
+    let second = settled(u, 2, first.hash);
+    store
+        .create_tree(CreateTree {
+            tree: u,
+            owner: "test".into(),
+            now: Timestamp(0),
+            ttl: Duration::from_secs(60),
+            records: vec![first.clone(), second.clone()],
+            meta: meta(u, TreeStatus::Done, 2),
+            hold: false,
+        })
+        .await
+        .expect("creates the tree");
+    assert_eq!(where_records_are(&path, u), (true, 0));
+    let other = lease(&store, u).await;
+    // A snapshot of a record before the head, found among packed ones.
+    let at_first = Snapshot {
+        seq: 1,
+        head: first.hash,
+        state: Arc::from(&b"{}"[..]),
+    };
+    let wrong = Snapshot {
+        head: second.hash,
+        ..at_first.clone()
+    };
+    assert_eq!(
+        store.write_snapshot(u, other, wrong).await,
+        Ok(AppendOutcome::Conflict { head: 2 })
+    );
+    assert_eq!(
+        store.write_snapshot(u, other, at_first).await,
+        Ok(AppendOutcome::Committed)
+    );
+    assert_eq!(where_records_are(&path, u), (false, 1));
+    let whole = Snapshot {
+        seq: 2,
+        head: second.hash,
+        state: Arc::from(&b"{}"[..]),
+    };
+    assert_eq!(
+        store.write_snapshot(u, other, whole).await,
+        Ok(AppendOutcome::Committed)
+    );
+    assert_eq!(where_records_are(&path, u), (false, 0));
+    drop(store);
+    let store = SqliteStore::open(&path).expect("reopens");
+    assert_eq!(store.records(t).await.expect("reads"), log[2..].to_vec());
+    assert_eq!(store.records(u).await.expect("reads"), Vec::<Record>::new());
+    assert_eq!(
+        store
+            .load(u)
+            .await
+            .expect("loads")
+            .recorded_head
+            .map(|(seq, _)| seq),
+        Some(2)
+    );
+}
+
+/// A first commit too long to pack, with a body stored in pieces, or
+/// after which the tree goes on (its lease kept, or not done) is stored as
+/// rows, as before: a tree that goes on keeps a slim row.
+#[tokio::test]
+async fn a_long_first_commit_or_one_of_a_tree_that_goes_on_is_stored_as_rows() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store.db");
+    let store = SqliteStore::create(&path).expect("creates");
+    let short = || "x".to_owned();
+    let cases = [
+        ("long", "x".repeat(2_100), TreeStatus::Done, false),
+        ("pieces", noise(40_000, 7), TreeStatus::Done, false),
+        ("held", short(), TreeStatus::Done, true),
+        ("waiting", short(), TreeStatus::Waiting, false),
+        ("running", short(), TreeStatus::Running, true),
+        ("parked", short(), TreeStatus::NeedsAttention, false),
+    ];
+    for (key, state, status, hold) in cases {
+        let t = tree(key);
+        let record = step(t, 1, Digest::ZERO, &state);
+        store
+            .create_tree(CreateTree {
+                tree: t,
+                owner: "test".into(),
+                now: Timestamp(0),
+                ttl: Duration::from_secs(60),
+                records: vec![record.clone()],
+                meta: meta(t, status, 1),
+                hold,
+            })
+            .await
+            .expect("creates the tree");
+        assert_eq!(where_records_are(&path, t), (false, 1), "{key}");
+        assert_eq!(store.records(t).await.expect("reads"), vec![record]);
+    }
+    // The same short commit ending its tree is packed.
+    let t = tree("ends");
+    store
+        .create_tree(CreateTree {
+            tree: t,
+            owner: "test".into(),
+            now: Timestamp(0),
+            ttl: Duration::from_secs(60),
+            records: vec![step(t, 1, Digest::ZERO, &short())],
+            meta: meta(t, TreeStatus::Done, 1),
+            hold: false,
+        })
+        .await
+        .expect("creates the tree");
+    assert_eq!(where_records_are(&path, t), (true, 0));
 }
