@@ -41,14 +41,13 @@ use crate::chunk;
 pub(crate) const VERSION: u8 = 1;
 
 /// The most bytes packed into a row of a database of `page_size` bytes a
-/// page: half a page, so the row with its other columns stays inside its
-/// page (SQLite moves the tail of a row longer than about a page into
-/// overflow pages, each one more page to write). At 4 KiB a page this
-/// takes the first commit of a short run (`chain3`'s is about 900 bytes)
-/// and of a larger one of a few steps, not a run of several children
-/// (`fanout5`'s is 6 KB).
+/// page: four pages. A row longer than about a page keeps its head in its
+/// page and the rest in overflow pages of its own, which SQLite fills
+/// whole; the row of a tree that ended is never written again (but for
+/// its deletion), so a long one costs its overflow pages once, as rows of
+/// `records` would cost theirs, without the `(tree, seq)` key.
 pub(crate) fn limit(page_size: u32) -> usize {
-    page_size as usize / 2
+    page_size as usize * 4
 }
 
 /// `records` (a new tree's first, from sequence 1, chained) packed, or

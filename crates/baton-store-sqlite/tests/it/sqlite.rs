@@ -830,54 +830,117 @@ async fn a_short_first_commit_that_ends_its_tree_is_packed_and_reads_as_the_same
     );
 }
 
-/// A first commit too long to pack, with a body stored in pieces, or
-/// after which the tree goes on (its lease kept, or not done) is stored as
-/// rows, as before: a tree that goes on keeps a slim row.
+/// A first commit too long to pack (more than four pages), with a body
+/// stored in pieces, or after which the tree goes on (its lease kept, or
+/// not done) is stored as rows, as before: a tree that goes on keeps a
+/// slim row. One a little shorter, ending its tree, is packed.
 #[tokio::test]
 async fn a_long_first_commit_or_one_of_a_tree_that_goes_on_is_stored_as_rows() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("store.db");
     let store = SqliteStore::create(&path).expect("creates");
-    let short = || "x".to_owned();
+    let short = || vec!["x".to_owned()];
+    // Five inline bodies of about 3.5 KB: over the 16 KiB of four pages;
+    // four of them are under it.
+    let long = || {
+        (0..5)
+            .map(|n| format!("{n}{}", "x".repeat(3_500)))
+            .collect::<Vec<_>>()
+    };
     let cases = [
-        ("long", "x".repeat(2_100), TreeStatus::Done, false),
-        ("pieces", noise(40_000, 7), TreeStatus::Done, false),
-        ("held", short(), TreeStatus::Done, true),
-        ("waiting", short(), TreeStatus::Waiting, false),
-        ("running", short(), TreeStatus::Running, true),
-        ("parked", short(), TreeStatus::NeedsAttention, false),
+        ("long", long(), TreeStatus::Done, false, false),
+        (
+            "pieces",
+            vec![noise(40_000, 7)],
+            TreeStatus::Done,
+            false,
+            false,
+        ),
+        ("held", short(), TreeStatus::Done, true, false),
+        ("waiting", short(), TreeStatus::Waiting, false, false),
+        ("running", short(), TreeStatus::Running, true, false),
+        ("parked", short(), TreeStatus::NeedsAttention, false, false),
+        ("ends", short(), TreeStatus::Done, false, true),
+        (
+            "longer",
+            long()[..4].to_vec(),
+            TreeStatus::Done,
+            false,
+            true,
+        ),
     ];
-    for (key, state, status, hold) in cases {
+    for (key, states, status, hold, packed) in cases {
         let t = tree(key);
-        let record = step(t, 1, Digest::ZERO, &state);
+        let mut records: Vec<Record> = Vec::new();
+        for state in &states {
+            let prev = records.last().map_or(Digest::ZERO, |record| record.hash);
+            records.push(step(t, records.len() as u64 + 1, prev, state));
+        }
         store
             .create_tree(CreateTree {
                 tree: t,
                 owner: "test".into(),
                 now: Timestamp(0),
                 ttl: Duration::from_secs(60),
-                records: vec![record.clone()],
+                records: records.clone(),
                 meta: meta(t, status, 1),
                 hold,
             })
             .await
             .expect("creates the tree");
-        assert_eq!(where_records_are(&path, t), (false, 1), "{key}");
-        assert_eq!(store.records(t).await.expect("reads"), vec![record]);
+        let rows = if packed { 0 } else { records.len() as i64 };
+        assert_eq!(where_records_are(&path, t), (packed, rows), "{key}");
+        assert_eq!(store.records(t).await.expect("reads"), records, "{key}");
     }
-    // The same short commit ending its tree is packed.
-    let t = tree("ends");
+}
+
+/// Without compaction a snapshot inside the packed records leaves them
+/// packed: a load reads the records after it, the history all of them.
+#[tokio::test]
+async fn a_load_after_a_snapshot_skips_the_packed_records_it_covers() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store.db");
+    let store = SqliteStore::open_with(
+        &path,
+        SqliteConfig {
+            creation: Creation::New,
+            compact: false,
+            ..SqliteConfig::default()
+        },
+    )
+    .expect("creates");
+    let t = tree("kept");
+    let mut log = vec![step(t, 1, Digest::ZERO, "one")];
+    for seq in 2..=3 {
+        let prev = log.last().expect("a record").hash;
+        log.push(settled(t, seq, prev));
+    }
     store
         .create_tree(CreateTree {
             tree: t,
             owner: "test".into(),
             now: Timestamp(0),
             ttl: Duration::from_secs(60),
-            records: vec![step(t, 1, Digest::ZERO, &short())],
-            meta: meta(t, TreeStatus::Done, 1),
+            records: log.clone(),
+            meta: meta(t, TreeStatus::Done, 3),
             hold: false,
         })
         .await
         .expect("creates the tree");
-    assert_eq!(where_records_are(&path, t), (true, 0));
+    let token = lease(&store, t).await;
+    let snapshot = Snapshot {
+        seq: 2,
+        head: log[1].hash,
+        state: Arc::from(&b"{}"[..]),
+    };
+    assert_eq!(
+        store.write_snapshot(t, token, snapshot.clone()).await,
+        Ok(AppendOutcome::Committed)
+    );
+    assert_eq!(where_records_are(&path, t), (true, 0), "nothing compacted");
+    let load = store.load(t).await.expect("loads");
+    assert_eq!(load.snapshot, Some(snapshot));
+    assert_eq!(load.records, log[2..].to_vec());
+    assert_eq!(store.history(t).await.expect("reads").records, log);
+    assert_eq!(store.records(t).await.expect("reads"), log);
 }
