@@ -66,15 +66,21 @@
 //!   [`SqliteStore::transactions`] counts the write transactions committed
 //!   (SQLite's commit hook), so tests can show what an operation costs.
 //! - **Page size.** A commit writes each page it changed whole, and a
-//!   short run changes one page in each of five B-trees, so smaller pages
-//!   write less per short run and larger ones read large states in fewer
-//!   pages ([`SqliteConfig::page_size`], 4 KiB by default); a store keeps
-//!   the size it was created with ([`SqliteStore::page_size`]).
+//!   short run changes one page in each of three B-trees (its row and its
+//!   two index entries), so smaller pages write less per short run and
+//!   larger ones read large states in fewer pages
+//!   ([`SqliteConfig::page_size`], 4 KiB by default); a store keeps the
+//!   size it was created with ([`SqliteStore::page_size`]).
 //! - **A new tree in one commit.** `Store::create_tree` grants the lease,
 //!   writes the tree's row once (metadata, head and lease together) and
-//!   inserts its records in the writer's group transaction, so a root that
-//!   ends in its first round costs one commit, shared with whatever else
-//!   the group holds.
+//!   its records in the writer's group transaction, so a root that ends in
+//!   its first round costs one commit, shared with whatever else the group
+//!   holds. The records of a first commit that ends its tree (done, lease
+//!   given up), when every body is inline and all of them fit in four
+//!   pages, are packed into the tree's row instead of being rows of their
+//!   own (schema version 5): such a run writes no row of `records` and no
+//!   entry of its key. A tree that goes on keeps a slim row, which each of
+//!   its later commits writes again.
 //!
 //! No cargo features.
 
@@ -160,11 +166,11 @@ impl Default for SqliteConfig {
 /// The page size of a new store's database file: the unit SQLite writes.
 ///
 /// Every commit writes each page it changed whole to the write-ahead log,
-/// and a short run changes one page in each of five B-trees (the tree's
-/// row, its id and scope index entries, its records and their key), so the
-/// page size, more than what a run records, sets its bytes on disk: a
-/// `chain3` run of the benchmark writes about 11 KB with 1 KiB pages
-/// against 27 KB with 4 KiB. Smaller pages make more pages per commit,
+/// and a short run changes one page in each of three B-trees (the tree's
+/// row, which holds its records, and its id and scope index entries), so
+/// the page size, more than what a run records, sets its bytes on disk: a
+/// `chain3` run of the benchmark writes about 8 KB with 1 KiB pages
+/// against 19 KB with 4 KiB. Smaller pages make more pages per commit,
 /// though, and cost latency: one root after another took 5-10% longer,
 /// and with 64 concurrent hosts the 99th percentile of a run was 1.6 times
 /// as long for the same median. The default is SQLite's own 4 KiB; choose

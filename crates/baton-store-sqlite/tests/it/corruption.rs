@@ -273,6 +273,20 @@ async fn every_kind_of_damage_is_found_with_its_record_and_leaves_other_trees_re
     .await;
 }
 
+/// A tree that ends in its first commit (its records packed in its row).
+async fn ended_tree(path: &Path, key: &str) -> TreeId {
+    let store = store_at(path);
+    let engine = engine(&store);
+    let echo = program(Kind::Echo, None);
+    let handle = engine
+        .start(&echo, request(key, json!({ "echo": key })))
+        .await
+        .expect("starts");
+    handle.join().await.expect("joins");
+    engine.close().await;
+    handle.tree()
+}
+
 /// A tree that ends in its first commit keeps its records packed in its
 /// row: a flipped byte there is found at its record, and packed records
 /// cut short fail that tree alone, as a classified store error.
@@ -280,22 +294,8 @@ async fn every_kind_of_damage_is_found_with_its_record_and_leaves_other_trees_re
 async fn damage_to_packed_first_records_is_found_and_leaves_other_trees_readable() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("store.db");
-    let mut trees = Vec::new();
-    {
-        let store = store_at(&path);
-        let engine = engine(&store);
-        let echo = program(Kind::Echo, None);
-        for key in ["damaged", "bystander"] {
-            let handle = engine
-                .start(&echo, request(key, json!({ "echo": key })))
-                .await
-                .expect("starts");
-            handle.join().await.expect("joins");
-            trees.push(handle.tree());
-        }
-        engine.close().await;
-    }
-    let (damaged, bystander) = (trees[0], trees[1]);
+    let damaged = ended_tree(&path, "damaged").await;
+    let bystander = ended_tree(&path, "bystander").await;
     rusqlite::Connection::open(&path)
         .and_then(|conn| {
             conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
@@ -520,6 +520,15 @@ fn fuzz_store_files() {
         .build()
         .expect("a runtime");
     let (damaged, _, _) = runtime.block_on(two_trees(&path));
+    let ended = runtime.block_on(ended_tree(&path, "ended"));
+    // The file alone holds both trees.
+    rusqlite::Connection::open(&path)
+        .and_then(|conn| {
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+                row.get::<_, i64>(0)
+            })
+        })
+        .expect("checkpoints");
     let pristine = std::fs::read(&path).expect("reads");
     let config = proptest::test_runner::Config {
         cases: (baton_testkit::fuzz::cases() / 1_000).max(32),
@@ -539,19 +548,21 @@ fn fuzz_store_files() {
             };
             runtime.block_on(async {
                 let _ = store.list(ListFilter::default()).await;
-                let _ = store.load(damaged).await;
                 let engine = engine(&store);
-                if let Err(error) = engine.verify(&scope(), damaged).await {
-                    prop_assert!(
-                        matches!(
-                            error.code(),
-                            "engine.log.corrupt"
-                                | "engine.store.failed"
-                                | "engine.tree.not_found"
-                                | "engine.scope.mismatch"
-                        ),
-                        "{error}"
-                    );
+                for tree in [damaged, ended] {
+                    let _ = store.load(tree).await;
+                    if let Err(error) = engine.verify(&scope(), tree).await {
+                        prop_assert!(
+                            matches!(
+                                error.code(),
+                                "engine.log.corrupt"
+                                    | "engine.store.failed"
+                                    | "engine.tree.not_found"
+                                    | "engine.scope.mismatch"
+                            ),
+                            "{error}"
+                        );
+                    }
                 }
                 Ok(())
             })
