@@ -586,8 +586,6 @@ fn packed_log(conn: &Connection, key: i64) -> Result<Option<Vec<u8>>, StoreError
     Ok(log.flatten())
 }
 
-/// One append: compare-and-swap on the expected head and the fencing token.
-/// Adds the payload bytes it stores to `written`.
 /// Inserts `records` of tree `key`, their long bodies as pieces.
 fn insert_records(
     conn: &Connection,
@@ -595,29 +593,40 @@ fn insert_records(
     records: &[Record],
     written: &mut Writing<'_>,
 ) -> Result<(), StoreError> {
-    let mut insert = conn
-        .prepare_cached(
-            "INSERT INTO records (tree, seq, kind, prev, hash, body, chunks)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )
-        .map_err(storage)?;
     for record in records {
         let Stored { body, chunks, cut } = encode(conn, key, &record.body, written)?;
         if let Some(cut) = cut {
             written.cuts.keep(key, cut);
         }
-        insert
-            .execute(params![
-                key,
-                int(record.seq),
-                record.kind.as_str(),
-                &record.prev.as_bytes()[..],
-                &record.hash.as_bytes()[..],
-                body,
-                chunks
-            ])
-            .map_err(storage)?;
+        insert_row(conn, key, record, body.as_deref(), chunks.as_deref())?;
     }
+    Ok(())
+}
+
+/// Inserts `record` of tree `key` as a row of `records`, its body inline
+/// or a manifest of pieces.
+fn insert_row(
+    conn: &Connection,
+    key: i64,
+    record: &Record,
+    body: Option<&[u8]>,
+    chunks: Option<&[u8]>,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO records (tree, seq, kind, prev, hash, body, chunks)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )
+    .map_err(storage)?
+    .execute(params![
+        key,
+        int(record.seq),
+        record.kind.as_str(),
+        &record.prev.as_bytes()[..],
+        &record.hash.as_bytes()[..],
+        body,
+        chunks
+    ])
+    .map_err(storage)?;
     Ok(())
 }
 
@@ -726,6 +735,8 @@ pub(crate) fn create_tree(
     }))
 }
 
+/// One append: compare-and-swap on the expected head and the fencing token.
+/// Adds the payload bytes it stores to `written`.
 pub(crate) fn append(
     conn: &Connection,
     append: &Append,
@@ -869,24 +880,10 @@ fn unpack_covered(conn: &Connection, tree: TreeId, key: i64, seq: u64) -> Result
     let Some(log) = packed_log(conn, key)? else {
         return Ok(());
     };
-    let mut insert = conn
-        .prepare_cached(
-            "INSERT INTO records (tree, seq, kind, prev, hash, body, chunks)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL)",
-        )
-        .map_err(storage)?;
     for record in unpack(tree, Some(&log))? {
         if record.seq > seq {
-            insert
-                .execute(params![
-                    key,
-                    int(record.seq),
-                    record.kind.as_str(),
-                    &record.prev.as_bytes()[..],
-                    &record.hash.as_bytes()[..],
-                    &record.body[..],
-                ])
-                .map_err(storage)?;
+            // Packed bodies are inline ones.
+            insert_row(conn, key, &record, Some(&record.body), None)?;
         }
     }
     conn.prepare_cached("UPDATE trees SET log = NULL WHERE key = ?1")

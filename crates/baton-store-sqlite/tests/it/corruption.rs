@@ -77,6 +77,34 @@ async fn two_trees(path: &Path) -> (TreeId, TreeId, u64) {
     (trees[0], trees[1], snapshot)
 }
 
+/// Copies the log into the file, so the file alone holds every commit.
+/// (The engine's aborted tasks may still hold the store for a moment, so
+/// its closing checkpoint may not have run yet.)
+fn checkpoint(path: &Path) {
+    rusqlite::Connection::open(path)
+        .and_then(|conn| {
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+                row.get::<_, i64>(0)
+            })
+        })
+        .expect("checkpoints");
+}
+
+/// Keeps the store file at `path` as it is now; the returned closure puts
+/// it back (dropping any log written since).
+fn pristine(path: &Path) -> impl Fn() + '_ {
+    checkpoint(path);
+    let pristine = std::fs::read(path).expect("reads");
+    move || {
+        for leftover in ["-wal", "-shm"] {
+            let mut name = path.as_os_str().to_owned();
+            name.push(leftover);
+            let _ = std::fs::remove_file(name);
+        }
+        std::fs::write(path, &pristine).expect("writes");
+    }
+}
+
 fn key_of(conn: &rusqlite::Connection, tree: TreeId) -> i64 {
     conn.query_row(
         "SELECT key FROM trees WHERE id = ?1",
@@ -145,22 +173,7 @@ async fn every_kind_of_damage_is_found_with_its_record_and_leaves_other_trees_re
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("store.db");
     let (damaged, bystander, snapshot) = two_trees(&path).await;
-    // The engine's aborted tasks may still hold the store for a moment, so
-    // its closing checkpoint may not have run yet: checkpoint here.
-    rusqlite::Connection::open(&path)
-        .and_then(|conn| {
-            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
-                row.get::<_, i64>(0)
-            })
-        })
-        .expect("checkpoints");
-    let pristine = std::fs::read(&path).expect("reads");
-    let restore = || {
-        // Drop the WAL so the file alone holds the pristine state.
-        let _ = std::fs::remove_file(dir.path().join("store.db-wal"));
-        let _ = std::fs::remove_file(dir.path().join("store.db-shm"));
-        std::fs::write(&path, &pristine).expect("writes");
-    };
+    let restore = pristine(&path);
     restore();
     let checked = verify(&path, damaged)
         .await
@@ -296,19 +309,7 @@ async fn damage_to_packed_first_records_is_found_and_leaves_other_trees_readable
     let path = dir.path().join("store.db");
     let damaged = ended_tree(&path, "damaged").await;
     let bystander = ended_tree(&path, "bystander").await;
-    rusqlite::Connection::open(&path)
-        .and_then(|conn| {
-            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
-                row.get::<_, i64>(0)
-            })
-        })
-        .expect("checkpoints");
-    let pristine = std::fs::read(&path).expect("reads");
-    let restore = || {
-        let _ = std::fs::remove_file(dir.path().join("store.db-wal"));
-        let _ = std::fs::remove_file(dir.path().join("store.db-shm"));
-        std::fs::write(&path, &pristine).expect("writes");
-    };
+    let restore = pristine(&path);
     restore();
     let checked = verify(&path, damaged)
         .await
@@ -521,14 +522,7 @@ fn fuzz_store_files() {
         .expect("a runtime");
     let (damaged, _, _) = runtime.block_on(two_trees(&path));
     let ended = runtime.block_on(ended_tree(&path, "ended"));
-    // The file alone holds both trees.
-    rusqlite::Connection::open(&path)
-        .and_then(|conn| {
-            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
-                row.get::<_, i64>(0)
-            })
-        })
-        .expect("checkpoints");
+    checkpoint(&path);
     let pristine = std::fs::read(&path).expect("reads");
     let config = proptest::test_runner::Config {
         cases: (baton_testkit::fuzz::cases() / 1_000).max(32),

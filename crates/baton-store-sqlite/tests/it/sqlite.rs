@@ -663,6 +663,31 @@ async fn large_bodies_read_back_exactly_whichever_pieces_their_cuts_reuse() {
     assert_eq!(load.records, written[4..].to_vec());
 }
 
+/// Creates tree `key` with three short records in a first commit that ends
+/// it (so the store packs them) and returns them.
+async fn ended_tree(store: &SqliteStore, key: &str) -> (TreeId, Vec<Record>) {
+    let t = tree(key);
+    let mut log = vec![step(t, 1, Digest::ZERO, "one")];
+    for seq in 2..=3 {
+        let prev = log.last().expect("a record").hash;
+        log.push(settled(t, seq, prev));
+    }
+    let created = store
+        .create_tree(CreateTree {
+            tree: t,
+            owner: "test".into(),
+            now: Timestamp(0),
+            ttl: Duration::from_secs(60),
+            records: log.clone(),
+            meta: meta(t, TreeStatus::Done, 3),
+            hold: false,
+        })
+        .await
+        .expect("creates the tree");
+    assert!(matches!(created, Created::Committed(_)), "{created:?}");
+    (t, log)
+}
+
 /// Whether tree `t`'s row holds packed first records, and how many rows of
 /// `records` it has.
 fn where_records_are(path: &Path, t: TreeId) -> (bool, i64) {
@@ -687,25 +712,7 @@ async fn a_short_first_commit_that_ends_its_tree_is_packed_and_reads_as_the_same
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("store.db");
     let store = SqliteStore::create(&path).expect("creates");
-    let t = tree("packed");
-    let mut log = vec![step(t, 1, Digest::ZERO, "one")];
-    for seq in 2..=3 {
-        let prev = log.last().expect("a record").hash;
-        log.push(settled(t, seq, prev));
-    }
-    let created = store
-        .create_tree(CreateTree {
-            tree: t,
-            owner: "test".into(),
-            now: Timestamp(0),
-            ttl: Duration::from_secs(60),
-            records: log.clone(),
-            meta: meta(t, TreeStatus::Done, 3),
-            hold: false,
-        })
-        .await
-        .expect("creates the tree");
-    assert!(matches!(created, Created::Committed(_)), "{created:?}");
+    let (t, mut log) = ended_tree(&store, "packed").await;
     assert_eq!(where_records_are(&path, t), (true, 0), "packed in the row");
     assert_eq!(store.records(t).await.expect("reads"), log);
     assert_eq!(store.load(t).await.expect("loads").records, log);
@@ -909,24 +916,7 @@ async fn a_load_after_a_snapshot_skips_the_packed_records_it_covers() {
         },
     )
     .expect("creates");
-    let t = tree("kept");
-    let mut log = vec![step(t, 1, Digest::ZERO, "one")];
-    for seq in 2..=3 {
-        let prev = log.last().expect("a record").hash;
-        log.push(settled(t, seq, prev));
-    }
-    store
-        .create_tree(CreateTree {
-            tree: t,
-            owner: "test".into(),
-            now: Timestamp(0),
-            ttl: Duration::from_secs(60),
-            records: log.clone(),
-            meta: meta(t, TreeStatus::Done, 3),
-            hold: false,
-        })
-        .await
-        .expect("creates the tree");
+    let (t, log) = ended_tree(&store, "kept").await;
     let token = lease(&store, t).await;
     let snapshot = Snapshot {
         seq: 2,
