@@ -126,7 +126,7 @@ pub mod dispatch {
 /// use [`Store::list`](crate::store::Store::list) to list trees.
 pub mod store {
     pub use crate::pieces::{CUTS_PER_TREE, LastCut, LastCuts, Piece, split_after, split_pieces};
-    pub use crate::rows::{StoredMeta, stored_digest, stored_status, stored_uint};
+    pub use crate::rows::{StoredMeta, stored_digest, stored_kind, stored_status, stored_uint};
     pub use crate::storage::{
         AcquireRequest, Acquired, Append, AppendOutcome, Change, ChangeHub, ChangeSender, Changes,
         CreateTree, Created, CursorError, ErrorSource, Lease, ListCursor, ListFilter, Listing,

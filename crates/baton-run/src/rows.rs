@@ -8,6 +8,7 @@ use crate::clock::Timestamp;
 use crate::digest::Digest;
 use crate::ids::{Name, Scope, TreeId};
 use crate::labels::Labels;
+use crate::log::RecordKind;
 use crate::protocol::ProgramVersion;
 use crate::storage::{StoreError, TreeMeta, TreeStatus};
 
@@ -36,6 +37,14 @@ pub fn stored_status(text: &str) -> Result<TreeStatus, StoreError> {
     .into_iter()
     .find(|status| status.as_str() == text)
     .ok_or_else(|| StoreError::corrupt(format!("unknown tree status {text:?}")))
+}
+
+/// A stored record kind (its `as_str` text).
+pub fn stored_kind(text: &str) -> Result<RecordKind, StoreError> {
+    RecordKind::ALL
+        .into_iter()
+        .find(|kind| kind.as_str() == text)
+        .ok_or_else(|| StoreError::corrupt(format!("unknown record kind {text:?}")))
 }
 
 /// A tree's listing columns as a SQL row holds them: `scope, status,

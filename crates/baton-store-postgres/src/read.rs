@@ -12,7 +12,7 @@ use deadpool_postgres::GenericClient;
 
 use crate::chunk::{self, DIGEST_LEN};
 use crate::error::storage;
-use crate::rows::{column, corrupt, digest, parse_kind, query, query_opt, read_meta, uint};
+use crate::rows::{column, corrupt, digest, query, query_opt, read_meta, stored_kind, uint};
 
 type Piece = [u8; DIGEST_LEN];
 
@@ -141,7 +141,7 @@ fn assemble_records(
                 seq: uint(seq)?,
                 prev: digest(&row.prev)?,
                 hash: digest(&row.hash)?,
-                kind: parse_kind(&row.kind)?,
+                kind: stored_kind(&row.kind)?,
                 body: Arc::from(body),
             })
         })

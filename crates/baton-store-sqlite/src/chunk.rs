@@ -52,23 +52,28 @@ pub(crate) fn put_varint(out: &mut Vec<u8>, mut value: u64) {
 pub(crate) fn read_varints(mut bytes: &[u8]) -> Option<Vec<u64>> {
     let mut values = Vec::with_capacity(bytes.len() / 2);
     while !bytes.is_empty() {
-        let mut value = 0u64;
-        let mut shift = 0u32;
-        loop {
-            let (&byte, rest) = bytes.split_first()?;
-            bytes = rest;
-            if shift > 63 {
-                return None;
-            }
-            value |= u64::from(byte & 0x7f) << shift;
-            shift += 7;
-            if byte & 0x80 == 0 {
-                break;
-            }
-        }
-        values.push(value);
+        values.push(read_varint(&mut bytes)?);
     }
     Some(values)
+}
+
+/// Decodes the varint `bytes` starts with and moves past it; `None` if it
+/// is cut short or too long.
+pub(crate) fn read_varint(bytes: &mut &[u8]) -> Option<u64> {
+    let mut value = 0u64;
+    let mut shift = 0u32;
+    loop {
+        let (&byte, rest) = bytes.split_first()?;
+        *bytes = rest;
+        if shift > 63 {
+            return None;
+        }
+        value |= u64::from(byte & 0x7f) << shift;
+        shift += 7;
+        if byte & 0x80 == 0 {
+            return Some(value);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,13 +4,13 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use baton_run::log::{Record, RecordKind, Snapshot};
+use baton_run::log::{Record, Snapshot};
 use baton_run::store::{
     AcquireRequest, Acquired, Append, AppendOutcome, CreateTree, Created, Lease, ListCursor,
     ListFilter, Listing, StoreError, TreeLoad, TreeMeta, TreeStatus, UnreadableRow,
 };
 use baton_run::store::{LastCut, Piece, split_after};
-use baton_run::store::{StoredMeta, stored_digest as digest, stored_uint as uint};
+use baton_run::store::{StoredMeta, stored_digest as digest, stored_kind, stored_uint as uint};
 use baton_run::{Digest, Timestamp, TreeId};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
@@ -49,13 +49,6 @@ pub(crate) fn corrupt(what: impl Into<String>) -> StoreError {
 /// milliseconds, or that many tokens) are stored as `i64::MAX`.
 pub(crate) fn int(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-fn parse_kind(text: &str) -> Result<RecordKind, StoreError> {
-    RecordKind::ALL
-        .into_iter()
-        .find(|kind| kind.as_str() == text)
-        .ok_or_else(|| corrupt(format!("unknown record kind {text:?}")))
 }
 
 /// A tree's row as the writer needs it.
@@ -397,7 +390,7 @@ fn read_records(
             seq: uint(seq)?,
             prev: digest(&prev)?,
             hash: digest(&hash)?,
-            kind: parse_kind(&kind)?,
+            kind: stored_kind(&kind)?,
             body: Arc::from(body),
         });
     }
@@ -993,6 +986,8 @@ mod fuzz {
     use baton_testkit::fuzz;
     use proptest::prelude::*;
 
+    use baton_run::log::RecordKind;
+
     use super::*;
 
     /// Two packed records, as a short first commit leaves them.
@@ -1062,7 +1057,7 @@ mod fuzz {
             if let Err(error) = baton_run::store::stored_status(&text) {
                 prop_assert!(refused(&error), "{error}");
             }
-            if let Err(error) = parse_kind(&text) {
+            if let Err(error) = stored_kind(&text) {
                 prop_assert!(refused(&error), "{error}");
             }
             if let Err(error) = uint(number) {

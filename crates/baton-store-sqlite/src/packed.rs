@@ -32,8 +32,8 @@
 use std::sync::Arc;
 
 use baton_run::Digest;
-use baton_run::log::{Record, RecordKind};
-use baton_run::store::{StoreError, stored_digest};
+use baton_run::log::Record;
+use baton_run::store::{StoreError, stored_digest, stored_kind};
 
 use crate::chunk;
 
@@ -100,10 +100,8 @@ pub(crate) fn unpack(bytes: &[u8], what: &dyn Fn() -> String) -> Result<Vec<Reco
     for seq in 1..=count {
         let record = |detail: &str| malformed(&format!("packed record {seq}: {detail}"));
         let kind = reader.counted().ok_or_else(|| record("malformed kind"))?;
-        let kind = std::str::from_utf8(kind)
-            .ok()
-            .and_then(|kind| RecordKind::ALL.into_iter().find(|k| k.as_str() == kind))
-            .ok_or_else(|| record(&format!("unknown kind {:?}", String::from_utf8_lossy(kind))))?;
+        let kind = String::from_utf8_lossy(kind);
+        let kind = stored_kind(&kind).map_err(|_| record(&format!("unknown kind {kind:?}")))?;
         let hash = reader.take(32).ok_or_else(|| record("truncated hash"))?;
         let hash = stored_digest(hash)?;
         let body = reader.counted().ok_or_else(|| record("truncated body"))?;
@@ -141,19 +139,7 @@ impl<'a> Reader<'a> {
     }
 
     fn varint(&mut self) -> Option<u64> {
-        let mut value = 0u64;
-        let mut shift = 0u32;
-        loop {
-            let byte = self.take(1)?[0];
-            if shift > 63 {
-                return None;
-            }
-            value |= u64::from(byte & 0x7f) << shift;
-            shift += 7;
-            if byte & 0x80 == 0 {
-                return Some(value);
-            }
-        }
+        chunk::read_varint(&mut self.bytes)
     }
 
     /// Bytes preceded by their count.
