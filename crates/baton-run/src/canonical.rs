@@ -38,9 +38,10 @@ const NUMBER_TOKEN: &str = "$serde_json::private::Number";
 /// Canonical JSON text of `value`, or an error when this serializer cannot
 /// vouch for the result (the caller then takes the general way).
 pub(crate) fn to_text<T: Serialize + ?Sized>(value: &T) -> Result<Box<str>, Error> {
-    with_scratch(|out| {
+    with_scratch(|out, entries| {
         value.serialize(Canon {
             out: &mut *out,
+            entries,
             keys: Keys::Sorted,
         })?;
         std::str::from_utf8(out)
@@ -54,8 +55,8 @@ pub(crate) fn to_text<T: Serialize + ?Sized>(value: &T) -> Result<Box<str>, Erro
 /// written by serde_json itself, whose error is the answer when it fails
 /// too.
 pub(crate) fn to_compact<T: Serialize + ?Sized>(value: &T) -> Result<Arc<[u8]>, Error> {
-    with_scratch(|out| {
-        if write_compact(out, value).is_err() {
+    with_scratch(|out, entries| {
+        if write_compact(out, entries, value).is_err() {
             out.clear();
             serde_json::to_writer(&mut *out, value)?;
         }
@@ -66,9 +67,14 @@ pub(crate) fn to_compact<T: Serialize + ?Sized>(value: &T) -> Result<Arc<[u8]>, 
 /// Appends what this serializer writes of `value` with keys as given, or
 /// fails where it leaves the value to serde_json ([`to_compact`]'s first
 /// way).
-fn write_compact<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) -> Result<(), Error> {
+fn write_compact<T: Serialize + ?Sized>(
+    out: &mut Vec<u8>,
+    entries: &mut Vec<Entry>,
+    value: &T,
+) -> Result<(), Error> {
     value.serialize(Canon {
         out,
+        entries,
         keys: Keys::AsGiven,
     })
 }
@@ -78,31 +84,43 @@ fn write_compact<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) -> Result<
 #[cfg(test)]
 pub(crate) fn compact_only<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, Error> {
     let mut out = Vec::new();
-    write_compact(&mut out, value)?;
+    write_compact(&mut out, &mut Vec::new(), value)?;
     Ok(out)
 }
 
 /// Runs `write` on an empty buffer kept per thread, for text that is then
 /// copied once into an allocation of its exact size: a fresh buffer would
-/// regrow (copying) several times for every payload or record. A nested
-/// call (a value whose serialization encodes another payload) finds the
-/// buffer busy and gets a fresh one.
-fn with_scratch<R>(write: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+/// regrow (copying) several times for every payload or record. Beside it,
+/// an empty stack of object entries, also kept, which every object of the
+/// value shares (see [`Object`]), so that writing an object allocates
+/// nothing. A nested call (a value whose serialization encodes another
+/// payload) finds both busy and gets fresh ones.
+fn with_scratch<R>(write: impl FnOnce(&mut Vec<u8>, &mut Vec<Entry>) -> R) -> R {
     thread_local! {
-        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        static SCRATCH: std::cell::RefCell<(Vec<u8>, Vec<Entry>)> =
+            const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
     }
     /// The largest buffer a thread keeps between uses.
     const KEPT: usize = 1 << 20;
+    /// The most entries a thread keeps room for between uses.
+    const KEPT_ENTRIES: usize = 1 << 12;
     SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
-        Ok(mut buffer) => {
+        Ok(mut scratch) => {
+            let (buffer, entries) = &mut *scratch;
             buffer.clear();
-            let result = write(&mut buffer);
+            entries.clear();
+            let result = write(buffer, entries);
             if buffer.capacity() > KEPT {
                 *buffer = Vec::new();
             }
+            // Keys kept by an entry left after a failure are dropped now.
+            entries.clear();
+            if entries.capacity() > KEPT_ENTRIES {
+                *entries = Vec::new();
+            }
             result
         }
-        Err(_) => write(&mut Vec::with_capacity(64)),
+        Err(_) => write(&mut Vec::with_capacity(64), &mut Vec::new()),
     })
 }
 
@@ -238,6 +256,8 @@ impl Keys {
 
 struct Canon<'a> {
     out: &'a mut Vec<u8>,
+    /// The entries of the objects being written, innermost last.
+    entries: &'a mut Vec<Entry>,
     keys: Keys,
 }
 
@@ -394,6 +414,7 @@ impl<'a> ser::Serializer for Canon<'a> {
         self.out.push(b':');
         value.serialize(Canon {
             out: &mut *self.out,
+            entries: &mut *self.entries,
             keys: self.keys,
         })?;
         self.out.push(b'}');
@@ -404,6 +425,7 @@ impl<'a> ser::Serializer for Canon<'a> {
         self.out.push(b'[');
         Ok(Seq {
             out: self.out,
+            entries: self.entries,
             keys: self.keys,
             first: true,
             variant: false,
@@ -431,6 +453,7 @@ impl<'a> ser::Serializer for Canon<'a> {
         self.out.extend_from_slice(b":[");
         Ok(Seq {
             out: self.out,
+            entries: self.entries,
             keys: self.keys,
             first: true,
             variant: true,
@@ -468,6 +491,7 @@ impl<'a> ser::Serializer for Canon<'a> {
 
 struct Seq<'a> {
     out: &'a mut Vec<u8>,
+    entries: &'a mut Vec<Entry>,
     keys: Keys,
     first: bool,
     /// A tuple variant: `{"variant":[...]}`.
@@ -484,6 +508,7 @@ impl Seq<'_> {
         self.first = false;
         value.serialize(Canon {
             out: &mut *self.out,
+            entries: &mut *self.entries,
             keys: self.keys,
         })
     }
@@ -551,15 +576,20 @@ struct Entry {
     end: usize,
 }
 
+/// An object being written. With sorted keys, each entry is noted (its key
+/// and where its text lies) on the stack of entries the whole value shares:
+/// an object's entries lie above `base` while it is open, the entries of an
+/// object inside one of its values lie above those and are gone again when
+/// that object closes, so no object allocates a list of its own.
 struct Object<'a> {
     out: &'a mut Vec<u8>,
+    entries: &'a mut Vec<Entry>,
     keys: Keys,
     /// Where the entries begin (just after `{`; for a raw value, where its
     /// text begins).
     start: usize,
-    /// The entries written so far, each with where its text lies; kept only
-    /// when keys are sorted, which may need them to rearrange the object.
-    entries: Vec<Entry>,
+    /// Where this object's entries begin on the stack.
+    base: usize,
     /// How many entries were written.
     written: usize,
     /// A map's key, between `serialize_key` and `serialize_value`.
@@ -577,15 +607,13 @@ impl<'a> Object<'a> {
     fn open(canon: Canon<'a>, len: Option<usize>, variant: bool) -> Object<'a> {
         canon.out.push(b'{');
         let start = canon.out.len();
-        let entries = match canon.keys {
-            Keys::Sorted => Vec::with_capacity(len.unwrap_or(0).min(64)),
-            Keys::AsGiven => Vec::new(),
-        };
+        let base = canon.entries.len();
         Object {
             out: canon.out,
+            entries: canon.entries,
             keys: canon.keys,
             start,
-            entries,
+            base,
             written: 0,
             key: None,
             variant,
@@ -597,11 +625,13 @@ impl<'a> Object<'a> {
     /// serde_json's raw value, whose one field is its JSON text.
     fn raw(canon: Canon<'a>) -> Object<'a> {
         let start = canon.out.len();
+        let base = canon.entries.len();
         Object {
             out: canon.out,
+            entries: canon.entries,
             keys: canon.keys,
             start,
-            entries: Vec::new(),
+            base,
             written: 0,
             key: None,
             variant: false,
@@ -622,10 +652,18 @@ impl<'a> Object<'a> {
         let start = self.out.len();
         write_str(self.out, &key)?;
         self.out.push(b':');
-        value.serialize(Canon {
+        let mark = self.entries.len();
+        let written = value.serialize(Canon {
             out: &mut *self.out,
+            entries: &mut *self.entries,
             keys: self.keys,
-        })?;
+        });
+        if let Err(error) = written {
+            // An object inside the value that failed before it closed left
+            // its entries: gone, so this object's stay its own.
+            self.entries.truncate(mark);
+            return Err(error);
+        }
         if self.keys == Keys::Sorted {
             self.entries.push(Entry {
                 key,
@@ -639,7 +677,7 @@ impl<'a> Object<'a> {
     /// Closes the object; with sorted keys, putting its entries in key
     /// order first if they came in another (a repeated map key keeps its
     /// last value, as a `Value` map does).
-    fn close(mut self) -> Result<(), Error> {
+    fn close(self) -> Result<(), Error> {
         if self.raw {
             return self.close_raw();
         }
@@ -648,10 +686,10 @@ impl<'a> Object<'a> {
                 "a map key without a value, or members after a declared length of zero",
             ));
         }
-        let in_order = self.entries.windows(2).all(|w| w[0].key < w[1].key);
+        let entries = &mut self.entries[self.base..];
+        let in_order = entries.windows(2).all(|w| w[0].key < w[1].key);
         if !in_order {
             let written = self.out.split_off(self.start);
-            let mut entries = std::mem::take(&mut self.entries);
             // Stable: equal keys stay in arrival order, so the last wins.
             entries.sort_by(|a, b| a.key.cmp(&b.key));
             let mut first = true;
@@ -670,6 +708,7 @@ impl<'a> Object<'a> {
                     .extend_from_slice(&written[entry.start - self.start..entry.end - self.start]);
             }
         }
+        self.entries.truncate(self.base);
         self.out.push(b'}');
         if self.variant {
             self.out.push(b'}');

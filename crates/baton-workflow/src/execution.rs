@@ -277,14 +277,15 @@ fn child_output_schema<'a>(stage: &'a Stage, key: &ChildKey) -> Option<&'a Schem
 /// Classifies a child's termination for its stage.
 fn classify(stage: &Stage, slot: &Slot, termination: &Termination) -> SlotStatus {
     let kind = stage.kind();
-    let who = describe(stage, slot);
+    // Named only in a failure's message.
+    let who = || describe(stage, slot);
     let failed = |failure: Failure| SlotStatus::Failed { failure };
     match termination.status() {
         Status::Completed => {
             let Some(output) = termination.output() else {
                 return failed(Failure::contract(
                     &code(kind, Suffix::OutputMissing),
-                    format!("stage {}: {who} completed without an output", stage.id),
+                    format!("stage {}: {} completed without an output", stage.id, who()),
                 ));
             };
             let checked = child_output_schema(stage, &slot.key)
@@ -295,7 +296,7 @@ fn classify(stage: &Stage, slot: &Slot, termination: &Termination) -> SlotStatus
                 },
                 Err(violation) => failed(Failure::contract(
                     &code(kind, Suffix::OutputInvalid),
-                    format!("stage {}: {who} output rejected: {violation}", stage.id),
+                    format!("stage {}: {} output rejected: {violation}", stage.id, who()),
                 )),
             }
         }
@@ -305,14 +306,15 @@ fn classify(stage: &Stage, slot: &Slot, termination: &Termination) -> SlotStatus
                 .map_or_else(|| "no failure recorded".to_owned(), ToString::to_string);
             failed(Failure::external(
                 &code(kind, Suffix::ChildFailed),
-                format!("stage {}: {who} failed: {cause}", stage.id),
+                format!("stage {}: {} failed: {cause}", stage.id, who()),
             ))
         }
         status => failed(Failure::external(
             &code(kind, Suffix::NotCompleted),
             format!(
-                "stage {}: {who} ended {status} ({})",
+                "stage {}: {} ended {status} ({})",
                 stage.id,
+                who(),
                 termination.cause()
             ),
         )),
@@ -605,6 +607,15 @@ impl Run {
     /// fails, or the workflow completes.
     fn run_stages(&mut self, consumed: usize) -> Result<Transition, StepError> {
         let inner = self.inner.clone();
+        // Whether the value is known to satisfy the current stage's input
+        // schema, so that a transform need not check it again: at stage 0 it
+        // is the workflow's input, which a definition is only ever started
+        // with once validated against the descriptor's input schema (the
+        // first stage's); after a transform, its output was just checked
+        // against its output schema, which `Workflow::new` requires to equal
+        // the next stage's input schema. A check of the same bytes against
+        // an equal schema could not fail.
+        let mut checked = self.state.stage == 0;
         loop {
             let Some(stage) = inner.stages.get(self.state.stage) else {
                 return Ok(Transition::Complete {
@@ -615,7 +626,7 @@ impl Run {
             let fail = |failure: Failure| Ok(Transition::Fail { consumed, failure });
             let effects = match &stage.body {
                 Body::Transform { input, output, run } => {
-                    if let Err(violation) = input.validate(&self.state.value) {
+                    if !checked && let Err(violation) = input.validate(&self.state.value) {
                         return fail(Failure::contract(
                             "workflow.transform.input_invalid",
                             format!("stage {}: input rejected: {violation}", stage.id),
@@ -633,6 +644,7 @@ impl Run {
                     }
                     self.state.value = result;
                     self.state.stage += 1;
+                    checked = true;
                     continue;
                 }
                 Body::Call { child } => {

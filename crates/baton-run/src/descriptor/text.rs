@@ -120,9 +120,9 @@ impl<'t> Doc<'t> {
     }
 
     fn number(&self, entry: &Entry) -> Number {
-        self.contents(entry)
-            .parse()
-            .expect("the tape checked this number")
+        let literal = self.contents(entry);
+        plain_number(literal)
+            .unwrap_or_else(|| literal.parse().expect("the tape checked this number"))
     }
 }
 
@@ -247,6 +247,23 @@ fn plain_integer(literal: &[u8]) -> bool {
     (1..=19).contains(&digits.len())
         && digits.iter().all(u8::is_ascii_digit)
         && (digits[0] != b'0' || digits.len() == 1)
+}
+
+/// The number a [`plain_integer`] literal reads as, read by the standard
+/// integer parser (most numbers a schema looks at are such, and are looked
+/// at by several keywords): exactly what serde_json's number parser gives
+/// for it. `None` for anything else, and for `-0`, which serde_json reads
+/// as a float, and a negative literal `i64` does not hold: those are left
+/// to serde_json.
+fn plain_number(literal: &str) -> Option<Number> {
+    if !plain_integer(literal.as_bytes()) {
+        return None;
+    }
+    match literal.strip_prefix('-') {
+        None => literal.parse::<u64>().ok().map(Number::from),
+        Some("0") => None,
+        Some(_) => literal.parse::<i64>().ok().map(Number::from),
+    }
 }
 
 /// Reads a member name and its colon at `at`, returning where the value starts.
@@ -718,6 +735,59 @@ mod tests {
             "{\"\\q\":1}",
         ] {
             assert!(build(text, &mut Vec::new()).is_none(), "{text:?}");
+        }
+    }
+
+    proptest! {
+        /// An integer literal reads as the same number, taken by the
+        /// standard parser or left to serde_json's.
+        #[test]
+        fn plain_numbers_are_the_numbers_serde_json_reads(
+            literal in prop_oneof![
+                any::<u64>().prop_map(|n| n.to_string()),
+                any::<i64>().prop_map(|n| n.to_string()),
+                any::<u64>().prop_map(|n| format!("-{n}")),
+                "-?[0-9]{0,21}",
+            ],
+        ) {
+            let read = literal.parse::<Number>().ok();
+            match plain_number(&literal) {
+                Some(number) => prop_assert_eq!(Some(number), read),
+                None => prop_assert!(
+                    !plain_integer(literal.as_bytes())
+                        || literal == "-0"
+                        || literal.parse::<i64>().is_err(),
+                    "{} is plain but left to serde_json", literal
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn minus_zero_and_the_edges_of_i64_and_u64_read_as_serde_json_reads_them() {
+        for literal in [
+            "0",
+            "-0",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "1234567890123456789",
+            "-1234567890123456789",
+            "9999999999999999999",
+            "-9999999999999999999",
+        ] {
+            let text = format!("[{literal}]");
+            let mut tape = Vec::new();
+            build(&text, &mut tape).expect("a number");
+            let doc = Doc { text: &text, tape };
+            let read = doc.number(doc.entry(1));
+            let expected: Number = literal.parse().expect("a number");
+            assert_eq!(read, expected, "{literal}");
+            assert_eq!(
+                Value::Number(read).to_string(),
+                Value::Number(expected).to_string(),
+                "{literal}"
+            );
         }
     }
 

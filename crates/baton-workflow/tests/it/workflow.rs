@@ -1,9 +1,12 @@
 //! Workflow acceptance: stages run under the engine.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use crate::common;
 
 use crate::common::{Op, answer, child, drain, engine, key, peak_children, request};
-use baton_run::{Capabilities, FailureKind, Name, Payload, Status, Termination};
+use baton_run::{Capabilities, FailureKind, Name, Payload, StartError, Status, Termination};
 use baton_workflow::{
     Child, Config, LoopResult, Stage, TransformError, Workflow, call, fork, loop_until, map,
     switch, transform,
@@ -45,6 +48,70 @@ async fn a_three_stage_transform_chain_completes_in_one_step() {
     let view = handle.inspect().await.expect("inspects");
     assert_eq!(view.root().usage.steps, 1, "pure stages share one step");
     assert_eq!(view.processes.len(), 1);
+}
+
+/// At most ten: a schema with a bound, so a value can be well-typed and
+/// still break it.
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct Small(#[schemars(range(max = 10))] u64);
+
+/// A transform that counts its runs.
+fn counted(runs: &Arc<AtomicUsize>) -> Stage {
+    let runs = runs.clone();
+    transform("double", move |small: Small| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok(small.0 * 2)
+    })
+}
+
+/// A transform checks neither the workflow's input nor a value the previous
+/// transform's output check has passed (the schemas are equal), so those two
+/// checks are what keeps a stage from running on a value outside its schema.
+#[tokio::test]
+async fn a_value_outside_a_stage_schema_never_reaches_its_transform() {
+    // The input, checked by the kernel before the first transform runs.
+    let runs = Arc::new(AtomicUsize::new(0));
+    let program = workflow(vec![counted(&runs)]).program::<Small, u64>();
+    let first = engine(&program);
+    let refused = first.start(&program, request("big-input", Small(50))).await;
+    let Err(StartError::Input(refusal)) = refused else {
+        panic!("an input over the bound starts: {refused:?}");
+    };
+    assert_eq!(refusal.code(), "execution.input.invalid");
+    let handle = first
+        .start(&program, request("small-input", Small(5)))
+        .await
+        .expect("starts");
+    assert_eq!(handle.output().await.expect("completes"), 10);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "only the valid input ran");
+
+    // A transform's output, checked before the next transform runs.
+    let runs = Arc::new(AtomicUsize::new(0));
+    let program = workflow(vec![
+        transform("shrink", |n: u64| Ok(Small(n))),
+        counted(&runs),
+    ])
+    .program::<u64, u64>();
+    let second = engine(&program);
+    let handle = second
+        .start(&program, request("big-output", 50u64))
+        .await
+        .expect("starts");
+    let ended = handle.await_result().await.expect("ends");
+    assert_eq!(ended.status(), Status::Failed);
+    let (kind, code, message) = failure(&ended);
+    assert_eq!(
+        (kind, code.as_str()),
+        (FailureKind::Contract, "workflow.transform.output_invalid")
+    );
+    assert!(message.contains("stage shrink"), "{message}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the next stage never ran");
+    let handle = second
+        .start(&program, request("small-output", 7u64))
+        .await
+        .expect("starts");
+    assert_eq!(handle.output().await.expect("completes"), 14);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
