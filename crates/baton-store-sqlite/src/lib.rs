@@ -105,7 +105,7 @@ use baton_run::store::{
     StoreError, TreeLoad,
 };
 use baton_run::{BoxFuture, Timestamp, TreeId};
-use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
+use rusqlite::{Connection, ErrorCode, OpenFlags};
 use tokio::sync::oneshot;
 
 /// The WAL bytes after which the writer checkpoints: SQLite's default of
@@ -470,6 +470,7 @@ impl SqliteStore {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let mut writer = Connection::open_with_flags(&path, flags).map_err(sqlite)?;
         writer.busy_timeout(config.busy_timeout).map_err(sqlite)?;
+        writer.set_prepared_statement_cache_capacity(STATEMENTS_KEPT);
         let found = schema::inspect(&writer).map_err(sqlite)?;
         match found {
             schema::Found::Foreign => return Err(OpenError::Foreign { path }),
@@ -527,6 +528,7 @@ impl SqliteStore {
         )
         .map_err(sqlite)?;
         reader.busy_timeout(config.busy_timeout).map_err(sqlite)?;
+        reader.set_prepared_statement_cache_capacity(STATEMENTS_KEPT);
         reader
             .pragma_update(None, "query_only", true)
             .map_err(sqlite)?;
@@ -760,8 +762,11 @@ fn open_error(path: &Path, error: rusqlite::Error) -> OpenError {
     }
 }
 
-/// The writer thread: drains the queue, applies each group in one
-/// transaction, answers after the commit.
+/// Prepared statements a connection keeps: more than the store's writes
+/// and reads use between them (rusqlite keeps 16 by default, fewer than
+/// that, so a mix of writes would prepare some of them again).
+const STATEMENTS_KEPT: usize = 64;
+
 /// What the writer thread keeps besides its connection.
 struct Writer {
     compact: bool,
@@ -772,6 +777,8 @@ struct Writer {
     notices: Arc<inbox::Notices>,
 }
 
+/// The writer thread: drains the queue, applies each group in one
+/// transaction, answers after the commit.
 fn write_loop(
     conn: &mut Connection,
     queue: &mpsc::Receiver<Write>,
@@ -797,9 +804,7 @@ fn apply(conn: &mut Connection, group: Vec<Write>, writer: &Writer, cuts: &mut c
     // the cuts it leaves are kept only if it commits.
     let mut bytes = 0u64;
     let result = (|| {
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(db::storage)?;
+        let tx = Group::begin(conn).map_err(db::storage)?;
         cuts.begin();
         let mut writing = cuts::Writing {
             bytes: 0,
@@ -808,7 +813,7 @@ fn apply(conn: &mut Connection, group: Vec<Write>, writer: &Writer, cuts: &mut c
         };
         let mut written = Vec::with_capacity(group.len());
         for write in &group {
-            written.push(execute(&tx, write, compact, &mut writing)?);
+            written.push(execute(tx.conn, write, compact, &mut writing)?);
         }
         let stored = writing.bytes;
         tx.commit().map_err(db::storage)?;
@@ -840,6 +845,43 @@ fn apply(conn: &mut Connection, group: Vec<Write>, writer: &Writer, cuts: &mut c
             tracing::warn!(%error, size = group.len(), "sqlite group commit failed; retrying one by one");
             for write in group {
                 apply(conn, vec![write], writer, cuts);
+            }
+        }
+    }
+}
+
+/// The writer's group transaction. Its `BEGIN IMMEDIATE`, `COMMIT` and
+/// `ROLLBACK` are statements the connection keeps prepared: rusqlite's
+/// `Transaction` parses them anew for every group. Dropped uncommitted, it
+/// rolls back.
+struct Group<'c> {
+    conn: &'c Connection,
+}
+
+impl<'c> Group<'c> {
+    fn begin(conn: &'c Connection) -> rusqlite::Result<Group<'c>> {
+        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        Ok(Group { conn })
+    }
+
+    fn commit(self) -> rusqlite::Result<()> {
+        self.conn.prepare_cached("COMMIT")?.execute([])?;
+        Ok(())
+    }
+}
+
+impl Drop for Group<'_> {
+    fn drop(&mut self) {
+        // Still open after a failed write or a failed commit (SQLite may
+        // have rolled a failed commit back already, and then stays out of
+        // a transaction): a rollback's own failure leaves nothing to do.
+        if !self.conn.is_autocommit() {
+            let rollback = self
+                .conn
+                .prepare_cached("ROLLBACK")
+                .and_then(|mut rollback| rollback.execute([]));
+            if let Err(error) = rollback {
+                tracing::warn!(%error, "sqlite store could not roll a failed group back");
             }
         }
     }
