@@ -1009,6 +1009,27 @@ mod fuzz {
         packed::pack(&[first, second], usize::MAX).expect("packs")
     }
 
+    /// A packed log stored compressed: the records of a short run.
+    fn compressed_sample() -> Vec<u8> {
+        let body = concat!(
+            r#"{"kind":"tree_started","start":{"scope":"s","key":"k"},"#,
+            r#""root":"p_0123456789abcdef0123456789abcdef","program":{"name":"a.b","#,
+            r#""contract":"b3:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","#,
+            r#""children":[],"digest":"b3:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},"#,
+            r#""input":1,"budget":{},"capabilities":[],"created":1,"state":{"stage":0,"value":1}}"#,
+        );
+        let record = Record {
+            seq: 1,
+            prev: Digest::ZERO,
+            hash: Digest::from_bytes([1; 32]),
+            kind: RecordKind::TreeStarted,
+            body: Arc::from(body.as_bytes()),
+        };
+        let packed = packed::pack(&[record], usize::MAX).expect("packs");
+        assert_eq!(packed[0], packed::COMPRESSED);
+        packed
+    }
+
     proptest! {
         #![proptest_config(fuzz::config())]
 
@@ -1024,7 +1045,7 @@ mod fuzz {
         }
 
         #[test]
-        fn fuzz_packed_logs(bytes in fuzz::bytes(vec![packed_sample()])) {
+        fn fuzz_packed_logs(bytes in fuzz::bytes(vec![packed_sample(), compressed_sample()])) {
             // Reads whole or is `Corrupt`; what reads is a chain from
             // sequence 1 and packs again to what reads the same.
             match packed::unpack(&bytes, &|| "tree t".into()) {

@@ -91,6 +91,12 @@ mod inbox;
 mod packed;
 mod schema;
 
+/// A packed log (the first records of a short run, kept in its tree's row:
+/// `trees.log`) in its plain form, version byte first, compressed ones
+/// decompressed: for tools and tests that read a store file directly.
+#[doc(hidden)]
+pub use packed::plain as plain_packed_log;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

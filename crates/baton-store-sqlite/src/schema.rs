@@ -109,6 +109,11 @@ const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE trees ADD COLUMN log BLOB;
     ",
+    // Version 6: packed first records may be stored compressed (version 2
+    // of the packed form, `packed.rs`), which a build of version 5 would
+    // read as damage; it refuses this version instead. No table changes,
+    // and logs packed before stay as they are (version 1, still read).
+    "",
 ];
 
 /// The schema version this build writes.

@@ -316,8 +316,9 @@ async fn damage_to_packed_first_records_is_found_and_leaves_other_trees_readable
         .expect("the pristine log verifies");
     assert_eq!(checked.first, 1);
 
-    // A byte flipped in the last packed record (a version byte, the count,
-    // then each record, the last body last).
+    // A byte flipped in the last packed record, written back in the plain
+    // form (a version byte, the count, then each record, the last body
+    // last).
     let packed = {
         let conn = rusqlite::Connection::open(&path).expect("opens");
         let (log, rows): (Vec<u8>, i64) = conn
@@ -329,6 +330,8 @@ async fn damage_to_packed_first_records_is_found_and_leaves_other_trees_readable
             )
             .expect("the first records are packed in the row");
         assert_eq!(rows, 0, "no record is a row");
+        assert_eq!(log[0], 2, "the records are stored compressed");
+        let log = baton_store_sqlite::plain_packed_log(&log).expect("a packed log");
         let count = u64::from(log[1]);
         assert!(count > 1 && count < 0x80, "{count}");
         assert_eq!(count, checked.head_seq);
@@ -350,6 +353,49 @@ async fn damage_to_packed_first_records_is_found_and_leaves_other_trees_readable
         "a flip in a packed first record",
     )
     .await;
+
+    // Every byte of the compressed records flipped in turn: the tree no
+    // longer verifies (the records do not decompress, or decompress to
+    // others, which their hashes refuse), or, where the flip left the
+    // records as they were (a bit the decoder does not read), verifies to
+    // the same head; the bystander verifies throughout.
+    restore();
+    let head = verify(&path, damaged).await.expect("verifies").head;
+    let stored: Vec<u8> = rusqlite::Connection::open(&path)
+        .expect("opens")
+        .query_row(
+            "SELECT log FROM trees WHERE id = ?1",
+            [damaged.to_string()],
+            |r| r.get(0),
+        )
+        .expect("the packed log");
+    for at in 1..stored.len() {
+        let mut edited = stored.clone();
+        edited[at] ^= 0x20;
+        rusqlite::Connection::open(&path)
+            .expect("opens")
+            .execute(
+                "UPDATE trees SET log = ?1 WHERE id = ?2",
+                params![edited, damaged.to_string()],
+            )
+            .expect("updates");
+        match verify(&path, damaged).await {
+            Err(TreeError::Store(StoreError::Corrupt { message, .. })) => assert!(
+                message.contains(&format!("the first records of tree {damaged}: ")),
+                "byte {at}: {message}"
+            ),
+            Err(TreeError::Corrupt { .. }) => {}
+            Ok(checked) => assert_eq!(
+                (checked.head, checked.head_seq),
+                (head, packed),
+                "a flip of compressed byte {at} changed the records undetected"
+            ),
+            other => panic!("a flip of compressed byte {at} was not detected: {other:?}"),
+        }
+    }
+    verify(&path, bystander)
+        .await
+        .expect("the bystander still verifies");
 
     // The packed records cut short: the tree no longer reads, the
     // bystander does.

@@ -701,6 +701,62 @@ fn where_records_are(path: &Path, t: TreeId) -> (bool, i64) {
     .expect("the tree's row")
 }
 
+/// Schema version 5 kept packed first records plain; version 6 stores them
+/// compressed when that is shorter. A version 5 file opens, is migrated,
+/// and its plain packed logs read as before beside new compressed ones.
+#[tokio::test]
+async fn plain_packed_logs_of_schema_version_5_read_beside_compressed_ones() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store.db");
+    let store = SqliteStore::create(&path).expect("creates");
+    let (old, old_log) = ended_tree(&store, "version-5").await;
+    drop(store);
+    {
+        // The file as a version 5 build left it: the same records, plain.
+        let conn = rusqlite::Connection::open(&path).expect("opens");
+        let stored: Vec<u8> = conn
+            .query_row(
+                "SELECT log FROM trees WHERE id = ?1",
+                [old.to_string()],
+                |r| r.get(0),
+            )
+            .expect("packed");
+        assert_eq!(stored[0], 2, "stored compressed");
+        let plain = baton_store_sqlite::plain_packed_log(&stored).expect("a packed log");
+        assert_eq!(plain[0], 1);
+        assert!(plain.len() > stored.len(), "compression gained");
+        conn.execute(
+            "UPDATE trees SET log = ?1 WHERE id = ?2",
+            rusqlite::params![plain, old.to_string()],
+        )
+        .expect("updates");
+        conn.pragma_update(None, "user_version", 5)
+            .expect("version 5");
+    }
+    let store = SqliteStore::open(&path).expect("a version 5 file opens");
+    assert_eq!(store.records(old).await.expect("reads"), old_log);
+    assert_eq!(store.load(old).await.expect("loads").records, old_log);
+    let (new, new_log) = ended_tree(&store, "version-6").await;
+    assert_eq!(store.records(new).await.expect("reads"), new_log);
+    let conn = rusqlite::Connection::open(&path).expect("opens");
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .expect("reads");
+    assert_eq!(version, SCHEMA_VERSION);
+    let versions: Vec<u8> = conn
+        .prepare("SELECT substr(log, 1, 1) FROM trees ORDER BY key")
+        .expect("prepares")
+        .query_map([], |row| row.get::<_, Vec<u8>>(0))
+        .expect("queries")
+        .map(|row| row.expect("a row")[0])
+        .collect();
+    assert_eq!(
+        versions,
+        [1, 2],
+        "the old log stays plain, the new one compressed"
+    );
+}
+
 /// The short first commit of a tree it ends is kept in the tree's row,
 /// not as rows of `records` (one page fewer in two B-trees per short run);
 /// should the tree be written again (taken up by force), through later
