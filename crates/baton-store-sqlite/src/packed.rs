@@ -284,6 +284,20 @@ mod tests {
         proptest::sample::select(RecordKind::ALL.to_vec())
     }
 
+    /// Each damaged log is `Corrupt`, named after its tree, with `expected`
+    /// in its message.
+    fn assert_corrupt(cases: Vec<(Vec<u8>, &str)>) {
+        for (bytes, expected) in cases {
+            match unpack(&bytes, &|| "tree p_1".to_owned()) {
+                Err(StoreError::Corrupt { message, .. }) => {
+                    assert!(message.starts_with("tree p_1: "), "{message}");
+                    assert!(message.contains(expected), "{message} lacks {expected:?}");
+                }
+                other => panic!("{bytes:?}: {other:?}"),
+            }
+        }
+    }
+
     proptest! {
         /// What is packed reads back as it was: sequences from 1, each
         /// `prev` the hash before, kinds, hashes and bodies.
@@ -332,7 +346,6 @@ mod tests {
     fn damage_is_corrupt_and_named() {
         let records = chain(&[(RecordKind::TreeStarted, b"{\"a\":1}".to_vec())]);
         let packed = plain(&pack(&records, usize::MAX).expect("packs")).expect("a packed log");
-        let what = || "tree p_1".to_owned();
         let mut cases: Vec<(Vec<u8>, &str)> = vec![
             (Vec::new(), "empty packed log"),
             (vec![3, 1], "unknown version 3"),
@@ -348,15 +361,7 @@ mod tests {
         let mut kind = packed.clone();
         kind[3] = b'X';
         cases.push((kind, "unknown kind"));
-        for (bytes, expected) in cases {
-            match unpack(&bytes, &what) {
-                Err(StoreError::Corrupt { message, .. }) => {
-                    assert!(message.starts_with("tree p_1: "), "{message}");
-                    assert!(message.contains(expected), "{message} lacks {expected:?}");
-                }
-                other => panic!("{bytes:?}: {other:?}"),
-            }
-        }
+        assert_corrupt(cases);
     }
 
     /// The records of a short run as the kernel writes them: its start and
@@ -452,15 +457,7 @@ mod tests {
         chunk::put_varint(&mut shorter, len - 1);
         shorter.extend_from_slice(block);
         cases.push((shorter, "compressed packed log: "));
-        for (bytes, expected) in cases {
-            match unpack(&bytes, &what) {
-                Err(StoreError::Corrupt { message, .. }) => {
-                    assert!(message.starts_with("tree p_1: "), "{message}");
-                    assert!(message.contains(expected), "{message} lacks {expected:?}");
-                }
-                other => panic!("{bytes:?}: {other:?}"),
-            }
-        }
+        assert_corrupt(cases);
         // Every byte flipped in turn: read as damage or as records, never
         // a panic (a flipped literal reads as other records, which the
         // chain's hashes then refuse further up).
