@@ -132,10 +132,7 @@ pub(crate) fn pack(records: &[Record], max: usize) -> Option<Vec<u8>> {
 /// `Corrupt`, named by `what`.
 pub(crate) fn unpack(bytes: &[u8], what: &dyn Fn() -> String) -> Result<Vec<Record>, StoreError> {
     let malformed = |detail: &str| StoreError::corrupt(format!("{}: {detail}", what()));
-    match form(bytes, &malformed)? {
-        Cow::Borrowed(form) => read_records(form, &malformed),
-        Cow::Owned(form) => read_records(&form, &malformed),
-    }
+    read_records(&form(bytes, &malformed)?, &malformed)
 }
 
 /// A packed log in the plain form (its version byte first): a compressed
@@ -162,13 +159,12 @@ fn form<'a>(
     match version {
         PLAIN => Ok(Cow::Borrowed(rest)),
         COMPRESSED => {
-            let mut reader = Reader { bytes: rest };
-            let len = reader
-                .varint()
+            let mut block = rest;
+            let len = chunk::read_varint(&mut block)
                 .and_then(|len| usize::try_from(len).ok())
                 .filter(|len| (1..=MAX_RECORDS_BYTES).contains(len))
                 .ok_or_else(|| malformed("compressed packed log: malformed length"))?;
-            let form = lz4_flex::block::decompress_with_dict(reader.bytes, len, DICTIONARY)
+            let form = lz4_flex::block::decompress_with_dict(block, len, DICTIONARY)
                 .map_err(|error| malformed(&format!("compressed packed log: {error}")))?;
             if form.len() != len {
                 return Err(malformed(&format!(
