@@ -344,7 +344,7 @@ struct TreeLog {
 /// The packed first records of a tree, when its row has them.
 fn unpack(tree: TreeId, log: Option<&[u8]>) -> Result<Vec<Record>, StoreError> {
     match log {
-        Some(log) => packed::unpack(log, &|| format!("the first records of tree {tree}")),
+        Some(log) => packed::unpack(log, tree, &|| format!("the first records of tree {tree}")),
         None => Ok(Vec::new()),
     }
 }
@@ -662,7 +662,7 @@ pub(crate) fn create_tree(
     // its later commits writes again.
     let ends = !create.hold && meta.status == TreeStatus::Done;
     let log = if ends {
-        packed::pack(&create.records, written.pack_max)
+        packed::pack(&create.records, create.tree, written.pack_max)
     } else {
         None
     };
@@ -1006,7 +1006,7 @@ mod fuzz {
             kind: RecordKind::Terminated,
             body: Arc::from(&b"{}"[..]),
         };
-        packed::pack(&[first, second], usize::MAX).expect("packs")
+        packed::pack(&[first, second], fuzz_tree(), usize::MAX).expect("packs")
     }
 
     /// A packed log stored compressed: the records of a short run.
@@ -1025,8 +1025,31 @@ mod fuzz {
             kind: RecordKind::TreeStarted,
             body: Arc::from(body.as_bytes()),
         };
-        let packed = packed::pack(&[record], usize::MAX).expect("packs");
+        let packed = packed::pack(&[record], fuzz_tree(), usize::MAX).expect("packs");
         assert_eq!(packed[0], packed::COMPRESSED);
+        packed
+    }
+
+    /// The tree the fuzzed logs are read for.
+    fn fuzz_tree() -> TreeId {
+        "p_0123456789abcdef0123456789abcdef"
+            .parse()
+            .expect("a tree id")
+    }
+
+    /// A packed log stored compact: the same run's records, sealed.
+    fn compact_sample() -> Vec<u8> {
+        let plain = packed::plain(&compressed_sample(), fuzz_tree()).expect("a packed log");
+        let first = packed::unpack(&plain, fuzz_tree(), &|| "tree t".into()).expect("reads");
+        let started = Record::from_parts(1, Digest::ZERO, first[0].kind, first[0].body.clone());
+        let ended = Record::from_parts(
+            2,
+            started.hash,
+            RecordKind::Terminated,
+            Arc::from(&b"{}"[..]),
+        );
+        let packed = packed::pack(&[started, ended], fuzz_tree(), usize::MAX).expect("packs");
+        assert_eq!(packed[0], packed::COMPACT);
         packed
     }
 
@@ -1045,10 +1068,10 @@ mod fuzz {
         }
 
         #[test]
-        fn fuzz_packed_logs(bytes in fuzz::bytes(vec![packed_sample(), compressed_sample()])) {
+        fn fuzz_packed_logs(bytes in fuzz::bytes(vec![packed_sample(), compressed_sample(), compact_sample()])) {
             // Reads whole or is `Corrupt`; what reads is a chain from
             // sequence 1 and packs again to what reads the same.
-            match packed::unpack(&bytes, &|| "tree t".into()) {
+            match packed::unpack(&bytes, fuzz_tree(), &|| "tree t".into()) {
                 Ok(records) => {
                     let mut prev = Digest::ZERO;
                     for (at, record) in records.iter().enumerate() {
@@ -1057,8 +1080,8 @@ mod fuzz {
                         prev = record.hash;
                     }
                     // (`None` for a body too long to have been packed.)
-                    if let Some(again) = packed::pack(&records, usize::MAX) {
-                        prop_assert_eq!(packed::unpack(&again, &|| "tree t".into()), Ok(records));
+                    if let Some(again) = packed::pack(&records, fuzz_tree(), usize::MAX) {
+                        prop_assert_eq!(packed::unpack(&again, fuzz_tree(), &|| "tree t".into()), Ok(records));
                     }
                 }
                 Err(error) => prop_assert!(matches!(error, StoreError::Corrupt { .. }), "{error}"),

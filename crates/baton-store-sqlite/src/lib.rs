@@ -82,8 +82,10 @@
 //!   entry of its key. Since schema version 6 they are stored compressed
 //!   (LZ4, against a dictionary of the text records share) when that is
 //!   shorter, a half to a third of their size, so more such rows share a
-//!   page. A tree that goes on keeps a slim row, which each of its later
-//!   commits writes again.
+//!   page; since version 7 in a compact form (their hashes computed again
+//!   when read, digests and ids as bytes), about a third of their size. A
+//!   tree that goes on keeps a slim row, which each of its later commits
+//!   writes again.
 //!
 //! No cargo features.
 
@@ -96,7 +98,8 @@ mod schema;
 
 /// A packed log (the first records of a short run, kept in its tree's row:
 /// `trees.log`) in its plain form, version byte first, compressed ones
-/// decompressed: for tools and tests that read a store file directly.
+/// decompressed and compact ones written out: for tools and tests that
+/// read a store file directly. A compact log reads only with its tree's id.
 #[doc(hidden)]
 pub use packed::plain as plain_packed_log;
 

@@ -114,6 +114,11 @@ const MIGRATIONS: &[&str] = &[
     // read as damage; it refuses this version instead. No table changes,
     // and logs packed before stay as they are (version 1, still read).
     "",
+    // Version 7: packed first records may be stored compact (version 3 of
+    // the packed form: hex digits as bytes, hashes computed again when
+    // read), which a build of version 6 would read as damage; it refuses
+    // this version instead. No table changes; versions 1 and 2 still read.
+    "",
 ];
 
 /// The schema version this build writes.

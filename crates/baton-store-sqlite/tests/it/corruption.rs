@@ -330,8 +330,8 @@ async fn damage_to_packed_first_records_is_found_and_leaves_other_trees_readable
             )
             .expect("the first records are packed in the row");
         assert_eq!(rows, 0, "no record is a row");
-        assert_eq!(log[0], 2, "the records are stored compressed");
-        let log = baton_store_sqlite::plain_packed_log(&log).expect("a packed log");
+        assert_eq!(log[0], 3, "the records are stored compact");
+        let log = baton_store_sqlite::plain_packed_log(&log, damaged).expect("a packed log");
         let count = u64::from(log[1]);
         assert!(count > 1 && count < 0x80, "{count}");
         assert_eq!(count, checked.head_seq);
@@ -354,9 +354,9 @@ async fn damage_to_packed_first_records_is_found_and_leaves_other_trees_readable
     )
     .await;
 
-    // Every byte of the compressed records flipped in turn: the tree no
+    // Every byte of the compact records flipped in turn: the tree no
     // longer verifies (the records do not decompress, or decompress to
-    // others, which their hashes refuse), or, where the flip left the
+    // others, which the log's check refuses), or, where the flip left the
     // records as they were (a bit the decoder does not read), verifies to
     // the same head; the bystander verifies throughout.
     restore();

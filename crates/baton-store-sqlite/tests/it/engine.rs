@@ -115,7 +115,7 @@ fn stored_bytes(conn: &rusqlite::Connection, tree: TreeId, seq: u64) -> (Place, 
         .expect("tree row");
     // Edited in the plain form: a compressed log is written back plain.
     if let Some(log) = log
-        && let log = baton_store_sqlite::plain_packed_log(&log).expect("a packed log")
+        && let log = baton_store_sqlite::plain_packed_log(&log, tree).expect("a packed log")
         && let Some(body) = packed_body(&log, seq)
     {
         return (Place::Packed { key, body }, log);

@@ -702,10 +702,11 @@ fn where_records_are(path: &Path, t: TreeId) -> (bool, i64) {
 }
 
 /// Schema version 5 kept packed first records plain; version 6 stores them
-/// compressed when that is shorter. A version 5 file opens, is migrated,
-/// and its plain packed logs read as before beside new compressed ones.
+/// compressed and version 7 compact when that is shorter. A version 5 file
+/// opens, is migrated, and its plain packed logs read as before beside new
+/// compact ones.
 #[tokio::test]
-async fn plain_packed_logs_of_schema_version_5_read_beside_compressed_ones() {
+async fn plain_packed_logs_of_schema_version_5_read_beside_compact_ones() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("store.db");
     let store = SqliteStore::create(&path).expect("creates");
@@ -721,10 +722,10 @@ async fn plain_packed_logs_of_schema_version_5_read_beside_compressed_ones() {
                 |r| r.get(0),
             )
             .expect("packed");
-        assert_eq!(stored[0], 2, "stored compressed");
-        let plain = baton_store_sqlite::plain_packed_log(&stored).expect("a packed log");
+        assert_eq!(stored[0], 3, "stored compact");
+        let plain = baton_store_sqlite::plain_packed_log(&stored, old).expect("a packed log");
         assert_eq!(plain[0], 1);
-        assert!(plain.len() > stored.len(), "compression gained");
+        assert!(plain.len() > stored.len(), "the compact form gained");
         conn.execute(
             "UPDATE trees SET log = ?1 WHERE id = ?2",
             rusqlite::params![plain, old.to_string()],
@@ -736,7 +737,7 @@ async fn plain_packed_logs_of_schema_version_5_read_beside_compressed_ones() {
     let store = SqliteStore::open(&path).expect("a version 5 file opens");
     assert_eq!(store.records(old).await.expect("reads"), old_log);
     assert_eq!(store.load(old).await.expect("loads").records, old_log);
-    let (new, new_log) = ended_tree(&store, "version-6").await;
+    let (new, new_log) = ended_tree(&store, "version-7").await;
     assert_eq!(store.records(new).await.expect("reads"), new_log);
     let conn = rusqlite::Connection::open(&path).expect("opens");
     let version: i64 = conn
@@ -752,8 +753,8 @@ async fn plain_packed_logs_of_schema_version_5_read_beside_compressed_ones() {
         .collect();
     assert_eq!(
         versions,
-        [1, 2],
-        "the old log stays plain, the new one compressed"
+        [1, 3],
+        "the old log stays plain, the new one compact"
     );
 }
 
