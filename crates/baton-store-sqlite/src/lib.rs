@@ -76,8 +76,8 @@
 //!   its records in the writer's group transaction, so a root that ends in
 //!   its first round costs one commit, shared with whatever else the group
 //!   holds. The records of a first commit that ends its tree (done, lease
-//!   given up), when every body is inline and all of them fit in four
-//!   pages, are packed into the tree's row instead of being rows of their
+//!   given up), when every body is inline and all of them are stored in
+//!   four pages, are packed into the tree's row instead of being rows of their
 //!   own (schema version 5): such a run writes no row of `records` and no
 //!   entry of its key. Since schema version 6 they are stored compressed
 //!   (LZ4, against a dictionary of the text records share) when that is

@@ -6,7 +6,7 @@
 //! commits its row and all its records at once; stored as rows of
 //! `records`, they would touch that table and its `(tree, seq)` key besides
 //! the tree's row and its two index entries. When they are short (every
-//! body inline, the whole at most [`limit`] bytes) they are kept instead in
+//! body inline, the whole stored in at most [`limit`] bytes) they are kept instead in
 //! the row's `log` column, in the form below, and the run touches three
 //! B-trees, not five.
 //!
@@ -160,8 +160,8 @@ const CHECK_BYTES: usize = 8;
 /// damage, not a reason to reserve memory.
 const MAX_RECORDS_BYTES: usize = 4 * 65_536;
 
-/// The most bytes packed into a row of a database of `page_size` bytes a
-/// page: four pages. A row longer than about a page keeps its head in its
+/// The most bytes a packed log takes (stored, compressed or not) in a row
+/// of a database of `page_size` bytes a page: four pages. A row longer than about a page keeps its head in its
 /// page and the rest in overflow pages of its own, which SQLite fills
 /// whole; the row of a tree that ended is not written again (but for its
 /// deletion, or a host taking it up by force), so a long one costs its
@@ -171,12 +171,15 @@ pub(crate) fn limit(page_size: u32) -> usize {
     page_size as usize * 4
 }
 
-/// `records` (the first of new tree `tree`, from sequence 1, chained) packed, or
-/// `None` when a body is not inline or the plain form would take more than
-/// `max` bytes. Compact when the records' hashes are their chain hashes
-/// (as the kernel seals them) and that is shorter, else compressed when
-/// that is shorter, else plain.
+/// `records` (the first of new tree `tree`, from sequence 1, chained)
+/// packed in at most `max` bytes, or `None` when a body is not inline, the
+/// plain form would take more than twice `max` bytes (a compact form is
+/// seldom under half of it, and trying costs the writer) or what is
+/// stored would take more than `max`. Compact when the records' hashes are
+/// their chain hashes (as the kernel seals them) and that is shorter, else
+/// compressed when that is shorter, else plain.
 pub(crate) fn pack(records: &[Record], tree: TreeId, max: usize) -> Option<Vec<u8>> {
+    let bound = max.saturating_mul(2).min(MAX_RECORDS_BYTES);
     let mut plain_len = 1 + varint_len(records.len());
     for record in records {
         if record.body.len() > chunk::INLINE_MAX {
@@ -185,23 +188,24 @@ pub(crate) fn pack(records: &[Record], tree: TreeId, max: usize) -> Option<Vec<u
         let kind = record.kind.as_str().len();
         plain_len +=
             varint_len(kind) + kind + 32 + varint_len(record.body.len()) + record.body.len();
-        if plain_len > max {
+        if plain_len > bound {
             return None;
         }
     }
+    let within = |stored: Vec<u8>| (stored.len() <= max).then_some(stored);
     if sealed(records) {
         let form = compact_form(records);
         let block = lz4_flex::block::compress_with_dict(&form, &dictionary(tree));
         let compact = framed(COMPACT, form.len(), &block);
         if compact.len() < plain_len {
-            return Some(compact);
+            return within(compact);
         }
     }
     let plain = plain_form(records);
     let form = &plain[1..];
     let block = lz4_flex::block::compress_with_dict(form, DICTIONARY);
     let compressed = framed(COMPRESSED, form.len(), &block);
-    Some(if compressed.len() < plain.len() {
+    within(if compressed.len() < plain.len() {
         compressed
     } else {
         plain
@@ -709,19 +713,23 @@ mod tests {
         /// records or none.
         #[test]
         fn a_pack_over_its_limit_is_refused(
-            bodies in proptest::collection::vec((kinds(), proptest::collection::vec(any::<u8>(), 0..300)), 1..8),
+            bodies in proptest::collection::vec((kinds(), prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..300),
+                "(p_[0-9a-f]{32}|b3:[0-9a-f]{64}|[a-z:,]{0,9}){0,12}".prop_map(String::into_bytes),
+            ]), 1..8),
             max in 0usize..2_000,
+            seal in any::<bool>(),
         ) {
-            let records = chain(&bodies);
+            let records = if seal { sealed(&bodies) } else { chain(&bodies) };
             let whole = pack(&records, tree(), usize::MAX).expect("inline bodies pack");
             let plain_len = plain(&whole, tree()).expect("a packed log").len();
             prop_assert!(whole.len() <= plain_len, "never longer than the plain form");
             match pack(&records, tree(), max) {
                 Some(packed) => {
-                    prop_assert!(plain_len <= max);
+                    prop_assert!(packed.len() <= max && plain_len <= 2 * max);
                     prop_assert_eq!(packed, whole);
                 }
-                None => prop_assert!(plain_len > max),
+                None => prop_assert!(whole.len() > max || plain_len > 2 * max),
             }
         }
 

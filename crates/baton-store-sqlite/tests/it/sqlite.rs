@@ -894,20 +894,24 @@ async fn a_short_first_commit_that_ends_its_tree_is_packed_and_reads_as_the_same
     );
 }
 
-/// A first commit too long to pack (more than four pages), with a body
-/// stored in pieces, or after which the tree goes on (its lease kept, or
-/// not done) is stored as rows, as before: a tree that goes on keeps a
-/// slim row. One a little shorter, ending its tree, is packed.
+/// A first commit too long to pack (more than four pages stored, or more
+/// than eight plain), with a body stored in pieces, or after which the
+/// tree goes on (its lease kept, or not done) is stored as rows, as
+/// before: a tree that goes on keeps a slim row. One a little shorter,
+/// ending its tree, is packed, and so is a long one that compresses into
+/// four pages.
 #[tokio::test]
 async fn a_long_first_commit_or_one_of_a_tree_that_goes_on_is_stored_as_rows() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("store.db");
     let store = SqliteStore::create(&path).expect("creates");
     let short = || vec!["x".to_owned()];
-    // Five inline bodies of about 3.5 KB: over the 16 KiB of four pages;
-    // four of them are under it.
-    let long = || {
-        (0..5)
+    // Five inline bodies of about 3.5 KB that do not compress: over the
+    // 16 KiB of four pages; four of them are under it.
+    let long = || (0..5).map(|n| noise(3_500, n + 1)).collect::<Vec<_>>();
+    // The same length that compresses well, and over twice as much.
+    let repeated = |count: usize| {
+        (0..count)
             .map(|n| format!("{n}{}", "x".repeat(3_500)))
             .collect::<Vec<_>>()
     };
@@ -932,6 +936,8 @@ async fn a_long_first_commit_or_one_of_a_tree_that_goes_on_is_stored_as_rows() {
             false,
             true,
         ),
+        ("compresses", repeated(5), TreeStatus::Done, false, true),
+        ("too-long", repeated(10), TreeStatus::Done, false, false),
     ];
     for (key, states, status, hold, packed) in cases {
         let t = tree(key);
