@@ -481,13 +481,8 @@ fn read_compact(
     malformed: &dyn Fn(&str) -> StoreError,
 ) -> Result<Vec<Record>, StoreError> {
     let mut reader = Reader { bytes: form };
-    let count = reader
-        .varint()
-        .ok_or_else(|| malformed("packed log: malformed record count"))?;
-    // Each record takes at least 2 bytes; a count past that is damage.
-    if count == 0 || count > (form.len() / 2) as u64 {
-        return Err(malformed(&format!("packed log: {count} records")));
-    }
+    // Each record takes at least 2 bytes.
+    let count = reader.count(2, malformed)?;
     let mut records: Vec<Record> = Vec::with_capacity(count as usize);
     let mut prev = Digest::ZERO;
     for seq in 1..=count {
@@ -511,12 +506,7 @@ fn read_compact(
     let check = reader
         .take(CHECK_BYTES)
         .ok_or_else(|| malformed("packed log: truncated check"))?;
-    if !reader.bytes.is_empty() {
-        return Err(malformed(&format!(
-            "packed log: {} bytes after its records",
-            reader.bytes.len()
-        )));
-    }
+    reader.end(malformed)?;
     if check != &prev.as_bytes()[..CHECK_BYTES] {
         return Err(malformed(
             "packed log: the records do not hash to the log's check",
@@ -532,14 +522,8 @@ fn read_records(
     malformed: &dyn Fn(&str) -> StoreError,
 ) -> Result<Vec<Record>, StoreError> {
     let mut reader = Reader { bytes: form };
-    let count = reader
-        .varint()
-        .ok_or_else(|| malformed("packed log: malformed record count"))?;
-    // Each record takes at least 35 bytes; a count past that is damage,
-    // not a reason to reserve memory.
-    if count == 0 || count > (form.len() / 35) as u64 {
-        return Err(malformed(&format!("packed log: {count} records")));
-    }
+    // Each record takes at least 35 bytes.
+    let count = reader.count(35, malformed)?;
     let mut records = Vec::with_capacity(count as usize);
     let mut prev = Digest::ZERO;
     for seq in 1..=count {
@@ -559,12 +543,7 @@ fn read_records(
         });
         prev = hash;
     }
-    if !reader.bytes.is_empty() {
-        return Err(malformed(&format!(
-            "packed log: {} bytes after its records",
-            reader.bytes.len()
-        )));
-    }
+    reader.end(malformed)?;
     Ok(records)
 }
 
@@ -574,6 +553,33 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// The number of records, refused when zero or more than the bytes
+    /// left hold records of at least `least` bytes (damage, not a reason
+    /// to reserve memory).
+    fn count(
+        &mut self,
+        least: usize,
+        malformed: &dyn Fn(&str) -> StoreError,
+    ) -> Result<u64, StoreError> {
+        let count = self
+            .varint()
+            .ok_or_else(|| malformed("packed log: malformed record count"))?;
+        if count == 0 || count > (self.bytes.len() / least) as u64 {
+            return Err(malformed(&format!("packed log: {count} records")));
+        }
+        Ok(count)
+    }
+
+    /// `Ok` when every byte was read.
+    fn end(&self, malformed: &dyn Fn(&str) -> StoreError) -> Result<(), StoreError> {
+        match self.bytes.len() {
+            0 => Ok(()),
+            left => Err(malformed(&format!(
+                "packed log: {left} bytes after its records"
+            ))),
+        }
+    }
+
     fn take(&mut self, len: usize) -> Option<&'a [u8]> {
         if self.bytes.len() < len {
             return None;
