@@ -6,9 +6,9 @@
 //! commits its row and all its records at once; stored as rows of
 //! `records`, they would touch that table and its `(tree, seq)` key besides
 //! the tree's row and its two index entries. When they are short (every
-//! body inline, the whole stored in at most [`limit`] bytes) they are kept instead in
-//! the row's `log` column, in the form below, and the run touches three
-//! B-trees, not five.
+//! body inline, the whole stored in at most [`limit`] bytes) they are kept
+//! instead in the row's `log` column, in the form below, and the run
+//! touches three B-trees, not five.
 //!
 //! Only a first commit that ends its tree (done, the lease given up) is
 //! packed: every later commit of a tree writes its row again, and a row
@@ -161,9 +161,9 @@ const CHECK_BYTES: usize = 8;
 const MAX_RECORDS_BYTES: usize = 4 * 65_536;
 
 /// The most bytes a packed log takes (stored, compressed or not) in a row
-/// of a database of `page_size` bytes a page: four pages. A row longer than about a page keeps its head in its
-/// page and the rest in overflow pages of its own, which SQLite fills
-/// whole; the row of a tree that ended is not written again (but for its
+/// of a database of `page_size` bytes a page: four pages. A row longer
+/// than about a page keeps its head in its page and the rest in overflow
+/// pages of its own, which SQLite fills whole; the row of a tree that ended is not written again (but for its
 /// deletion, or a host taking it up by force), so a long one costs its
 /// overflow pages once, as rows of `records` would cost theirs, without
 /// the `(tree, seq)` key.
