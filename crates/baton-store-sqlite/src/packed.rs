@@ -163,10 +163,10 @@ const MAX_RECORDS_BYTES: usize = 4 * 65_536;
 /// The most bytes a packed log takes (stored, compressed or not) in a row
 /// of a database of `page_size` bytes a page: four pages. A row longer
 /// than about a page keeps its head in its page and the rest in overflow
-/// pages of its own, which SQLite fills whole; the row of a tree that ended is not written again (but for its
-/// deletion, or a host taking it up by force), so a long one costs its
-/// overflow pages once, as rows of `records` would cost theirs, without
-/// the `(tree, seq)` key.
+/// pages of its own, which SQLite fills whole; the row of a tree that
+/// ended is not written again (but for its deletion, or a host taking it
+/// up by force), so a long one costs its overflow pages once, as rows of
+/// `records` would cost theirs, without the `(tree, seq)` key.
 pub(crate) fn limit(page_size: u32) -> usize {
     page_size as usize * 4
 }
