@@ -967,7 +967,9 @@ mod tests {
 
     /// A compact log written by this version of the form, kept as bytes:
     /// it must read the same in every later build (the dictionary, the
-    /// kinds' codes, the shrinking and the block format are the form).
+    /// kinds' codes, the shrinking and the block format are the form). The
+    /// file is `pack(&sealed_short_run(), tree(), usize::MAX)` as the form's
+    /// first build wrote it.
     #[test]
     fn a_stored_compact_log_reads_in_every_build() {
         let stored = include_bytes!("packed_v3.bin");
@@ -1053,18 +1055,5 @@ mod tests {
                 Err(other) => panic!("{other:?}"),
             }
         }
-    }
-
-    /// Writes the golden file of [`a_stored_compact_log_reads_in_every_build`]
-    /// (`cargo test -p baton-store-sqlite write_golden -- --ignored`).
-    #[test]
-    #[ignore = "writes the golden file"]
-    fn write_golden_compact_log() {
-        let compact = pack(&sealed_short_run(), tree(), usize::MAX).expect("packs");
-        std::fs::write(
-            concat!(env!("CARGO_MANIFEST_DIR"), "/src/packed_v3.bin"),
-            compact,
-        )
-        .expect("writes");
     }
 }
