@@ -19,12 +19,26 @@ use crate::cuts::Writing;
 use crate::packed;
 
 /// Maps a SQLite failure to a storage error, keeping it as the cause:
-/// damaged files are `Corrupt`; a full disk, a read-only file, refused
-/// permissions or a schema SQLite cannot use are `Refused` (retrying will
-/// not help); busy or locked databases, I/O errors and everything else are
-/// `Unavailable`.
+/// damaged files, and columns holding a value of another type than the
+/// store wrote there (SQLite does not enforce column types, so a file
+/// edited by hand can hold text where a blob belongs), are `Corrupt`; a
+/// full disk, a read-only file, refused permissions or a schema SQLite
+/// cannot use are `Refused` (retrying will not help); busy or locked
+/// databases, I/O errors and everything else are `Unavailable`.
 pub(crate) fn storage(error: rusqlite::Error) -> StoreError {
     let message = format!("sqlite: {error}");
+    if let rusqlite::Error::InvalidColumnType(_, name, found) = &error {
+        let message =
+            format!("column {name} holds a value of type {found}, not what the store wrote");
+        return StoreError::corrupt(message).caused_by(error);
+    }
+    if matches!(
+        error,
+        rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..)
+    ) {
+        return StoreError::corrupt(message).caused_by(error);
+    }
     let kind = match error.sqlite_error_code() {
         Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => StoreError::corrupt(message),
         Some(

@@ -419,6 +419,29 @@ async fn damage_to_packed_first_records_is_found_and_leaves_other_trees_readable
         .await
         .expect("the bystander still verifies");
     assert_eq!(checked.first, 1);
+
+    // The packed records replaced by text (SQLite lets any column hold any
+    // type): the tree's data is corrupt, not the store unavailable, and
+    // the bystander still reads.
+    restore();
+    {
+        let conn = rusqlite::Connection::open(&path).expect("opens");
+        conn.execute(
+            "UPDATE trees SET log = 'not a log' WHERE id = ?1",
+            [damaged.to_string()],
+        )
+        .expect("updates");
+    }
+    match verify(&path, damaged).await {
+        Err(TreeError::Store(StoreError::Corrupt { message, .. })) => assert!(
+            message.contains("column log holds a value of type Text"),
+            "{message}"
+        ),
+        other => panic!("a log stored as text was not reported corrupt: {other:?}"),
+    }
+    verify(&path, bystander)
+        .await
+        .expect("the bystander still verifies");
 }
 
 #[tokio::test]
