@@ -100,9 +100,6 @@ impl Cuts {
 pub(crate) struct Writing<'a> {
     pub(crate) bytes: u64,
     pub(crate) cuts: &'a mut Cuts,
-    /// The most bytes of a new tree's first records packed into its row
-    /// (`packed::limit` of the file's page size).
-    pub(crate) pack_max: usize,
 }
 
 #[cfg(test)]

@@ -637,14 +637,48 @@ fn insert_row(
     Ok(())
 }
 
+/// A new tree's first commit as the writer takes it: checked, and with the
+/// first records of a tree they end already packed for its row (see
+/// `packed.rs`). The caller's thread builds it, so that packing (a hash
+/// pass, the compact form and its compression) runs beside other callers
+/// instead of on the writer thread, which every commit queues for.
+pub(crate) struct NewTree {
+    create: CreateTree,
+    /// The packed first records, if the tree ends in this commit and they
+    /// fit in `packed::limit` of the file's page size.
+    log: Option<Vec<u8>>,
+}
+
+impl NewTree {
+    /// Checks `create` and packs the records of a tree it ends into at
+    /// most `pack_max` bytes.
+    pub(crate) fn new(create: CreateTree, pack_max: usize) -> Result<NewTree, StoreError> {
+        create.check()?;
+        // The short first records of a tree they end go into its row; a
+        // tree that goes on keeps a slim row, which each of its later
+        // commits writes again.
+        let ends = !create.hold && create.meta.status == TreeStatus::Done;
+        let log = if ends {
+            packed::pack(&create.records, create.tree, pack_max)
+        } else {
+            None
+        };
+        Ok(NewTree { create, log })
+    }
+
+    pub(crate) fn tree(&self) -> TreeId {
+        self.create.tree
+    }
+}
+
 /// A new tree's first commit (see `Store::create_tree`): one row written
 /// with its metadata, head and lease, then its records.
 pub(crate) fn create_tree(
     conn: &Connection,
-    create: &CreateTree,
+    new: &NewTree,
     written: &mut Writing<'_>,
 ) -> Result<Created, StoreError> {
-    create.check()?;
+    let NewTree { create, log } = new;
     let row = tree_row(conn, create.tree)?;
     if let Some(row) = &row {
         // A snapshot or a compaction never lowers the head.
@@ -671,15 +705,6 @@ pub(crate) fn create_tree(
     let last = create.records.last().ok_or_else(|| corrupt("no record"))?;
     let meta = &create.meta;
     let (program_name, program_digest, created, labels) = listed(meta);
-    // The short first records of a tree they end go into its row (see
-    // `packed.rs`); a tree that goes on keeps a slim row, which each of
-    // its later commits writes again.
-    let ends = !create.hold && meta.status == TreeStatus::Done;
-    let log = if ends {
-        packed::pack(&create.records, create.tree, written.pack_max)
-    } else {
-        None
-    };
     let values = params![
         create.tree.to_string(),
         meta.scope.as_str(),
@@ -695,7 +720,7 @@ pub(crate) fn create_tree(
         program_digest,
         created,
         labels,
-        log,
+        log.as_deref(),
     ];
     let key = match &row {
         // A row without records: a lease that was given up or ran out.

@@ -341,7 +341,7 @@ type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 /// A write, applied by the writer thread inside a group transaction.
 enum Write {
     Acquire(AcquireRequest, Reply<Acquired>),
-    Create(CreateTree, Reply<Created>),
+    Create(db::NewTree, Reply<Created>),
     Append(Vec<Append>, Reply<Vec<AppendOutcome>>),
     Snapshot(TreeId, u64, Snapshot, Reply<AppendOutcome>),
     Renew(TreeId, u64, Timestamp, Reply<bool>),
@@ -387,6 +387,9 @@ struct Inner {
     transactions: Arc<AtomicU64>,
     /// Change notices: subscribers and the watcher of other connections.
     notices: Arc<inbox::Notices>,
+    /// The most bytes of a new tree's first records packed into its row
+    /// (`packed::limit` of the file's page size).
+    pack_max: usize,
     writes: Option<mpsc::Sender<Write>>,
     reads: Option<mpsc::Sender<Read>>,
     threads: Vec<JoinHandle<()>>,
@@ -559,7 +562,6 @@ impl SqliteStore {
         let notices = Arc::new(inbox::Notices::new());
         let writer_state = Writer {
             compact,
-            pack_max: packed::limit(page_size),
             counter: Arc::clone(&written),
             notices: Arc::clone(&notices),
         };
@@ -578,6 +580,7 @@ impl SqliteStore {
                 written,
                 transactions,
                 notices,
+                pack_max: packed::limit(page_size),
                 writes: Some(writes),
                 reads: Some(reads),
                 threads: vec![write_thread, read_thread],
@@ -782,8 +785,6 @@ const STATEMENTS_KEPT: usize = 64;
 /// What the writer thread keeps besides its connection.
 struct Writer {
     compact: bool,
-    /// See `cuts::Writing::pack_max`.
-    pack_max: usize,
     /// Payload bytes committed; see [`SqliteStore::bytes_written`].
     counter: Arc<AtomicU64>,
     notices: Arc<inbox::Notices>,
@@ -821,7 +822,6 @@ fn apply(conn: &mut Connection, group: Vec<Write>, writer: &Writer, cuts: &mut c
         let mut writing = cuts::Writing {
             bytes: 0,
             cuts: &mut *cuts,
-            pack_max: writer.pack_max,
         };
         let mut written = Vec::with_capacity(group.len());
         for write in &group {
@@ -951,8 +951,8 @@ fn noticed(write: &Write, done: &Written) -> Vec<Change> {
             .filter(|(_, outcome)| **outcome == AppendOutcome::Committed)
             .map(|(append, _)| Change::Tree(append.tree))
             .collect(),
-        (Write::Create(create, _), Written::Created(Created::Committed(_))) => {
-            vec![Change::Tree(create.tree)]
+        (Write::Create(new, _), Written::Created(Created::Committed(_))) => {
+            vec![Change::Tree(new.tree())]
         }
         (Write::Release(tree, ..), Written::Released) => vec![Change::Tree(*tree)],
         (Write::Post(message, _), Written::Posted(PostOutcome::Posted)) => {
@@ -1071,7 +1071,10 @@ impl Store for SqliteStore {
     }
 
     fn create_tree(&self, create: CreateTree) -> BoxFuture<'_, Result<Created, StoreError>> {
-        self.write(|reply| Write::Create(create, reply))
+        match db::NewTree::new(create, self.inner.pack_max) {
+            Ok(new) => self.write(|reply| Write::Create(new, reply)),
+            Err(refused) => Box::pin(std::future::ready(Err(refused))),
+        }
     }
 
     fn load(&self, tree: TreeId) -> BoxFuture<'_, Result<TreeLoad, StoreError>> {

@@ -174,7 +174,7 @@ pub(crate) fn limit(page_size: u32) -> usize {
 /// `records` (the first of new tree `tree`, from sequence 1, chained)
 /// packed in at most `max` bytes, or `None` when a body is not inline, the
 /// plain form would take more than twice `max` bytes (a compact form is
-/// seldom under half of it, and trying costs the writer) or what is
+/// seldom under half of it, and trying costs time) or what is
 /// stored would take more than `max`. Compact when the records' hashes are
 /// their chain hashes (as the kernel seals them) and that is shorter, else
 /// compressed when that is shorter, else plain.
