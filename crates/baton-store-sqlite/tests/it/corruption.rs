@@ -400,21 +400,11 @@ async fn damage_to_packed_first_records_is_found_and_leaves_other_trees_readable
     // The packed records cut short: the tree no longer reads, the
     // bystander does.
     restore();
-    {
-        let conn = rusqlite::Connection::open(&path).expect("opens");
-        conn.execute(
-            "UPDATE trees SET log = substr(log, 1, length(log) - 3) WHERE id = ?1",
-            [damaged.to_string()],
-        )
-        .expect("updates");
-    }
-    match verify(&path, damaged).await {
-        Err(TreeError::Store(StoreError::Corrupt { message, .. })) => assert!(
-            message.contains(&format!("the first records of tree {damaged}: ")),
-            "{message}"
-        ),
-        other => panic!("cut packed records were not detected: {other:?}"),
-    }
+    let message = log_damaged_to(&path, damaged, "substr(log, 1, length(log) - 3)").await;
+    assert!(
+        message.contains(&format!("the first records of tree {damaged}: ")),
+        "{message}"
+    );
     let checked = verify(&path, bystander)
         .await
         .expect("the bystander still verifies");
@@ -424,24 +414,30 @@ async fn damage_to_packed_first_records_is_found_and_leaves_other_trees_readable
     // type): the tree's data is corrupt, not the store unavailable, and
     // the bystander still reads.
     restore();
-    {
-        let conn = rusqlite::Connection::open(&path).expect("opens");
-        conn.execute(
-            "UPDATE trees SET log = 'not a log' WHERE id = ?1",
-            [damaged.to_string()],
-        )
-        .expect("updates");
-    }
-    match verify(&path, damaged).await {
-        Err(TreeError::Store(StoreError::Corrupt { message, .. })) => assert!(
-            message.contains("column log holds a value of type Text"),
-            "{message}"
-        ),
-        other => panic!("a log stored as text was not reported corrupt: {other:?}"),
-    }
+    let message = log_damaged_to(&path, damaged, "'not a log'").await;
+    assert!(
+        message.contains("column log holds a value of type Text"),
+        "{message}"
+    );
     verify(&path, bystander)
         .await
         .expect("the bystander still verifies");
+}
+
+/// Sets the `log` of `tree`'s row to the SQL expression `value` and
+/// returns the message of the `Corrupt` store error verifying it gives.
+async fn log_damaged_to(path: &Path, tree: TreeId, value: &str) -> String {
+    rusqlite::Connection::open(path)
+        .expect("opens")
+        .execute(
+            &format!("UPDATE trees SET log = {value} WHERE id = ?1"),
+            [tree.to_string()],
+        )
+        .expect("updates");
+    match verify(path, tree).await {
+        Err(TreeError::Store(StoreError::Corrupt { message, .. })) => message,
+        other => panic!("a log set to {value} was not reported corrupt: {other:?}"),
+    }
 }
 
 #[tokio::test]
