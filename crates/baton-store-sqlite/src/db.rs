@@ -26,31 +26,28 @@ use crate::packed;
 /// cannot use are `Refused` (retrying will not help); busy or locked
 /// databases, I/O errors and everything else are `Unavailable`.
 pub(crate) fn storage(error: rusqlite::Error) -> StoreError {
-    let message = format!("sqlite: {error}");
-    if let rusqlite::Error::InvalidColumnType(_, name, found) = &error {
-        let message =
-            format!("column {name} holds a value of type {found}, not what the store wrote");
-        return StoreError::corrupt(message).caused_by(error);
-    }
-    if matches!(
-        error,
+    let message = || format!("sqlite: {error}");
+    let kind = match &error {
+        rusqlite::Error::InvalidColumnType(_, name, found) => StoreError::corrupt(format!(
+            "column {name} holds a value of type {found}, not what the store wrote"
+        )),
         rusqlite::Error::FromSqlConversionFailure(..)
-            | rusqlite::Error::IntegralValueOutOfRange(..)
-    ) {
-        return StoreError::corrupt(message).caused_by(error);
-    }
-    let kind = match error.sqlite_error_code() {
-        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => StoreError::corrupt(message),
-        Some(
-            ErrorCode::DiskFull
-            | ErrorCode::ReadOnly
-            | ErrorCode::PermissionDenied
-            | ErrorCode::CannotOpen
-            | ErrorCode::AuthorizationForStatementDenied
-            | ErrorCode::SchemaChanged
-            | ErrorCode::TooBig,
-        ) => StoreError::refused(message),
-        _ => StoreError::unavailable(message),
+        | rusqlite::Error::IntegralValueOutOfRange(..) => StoreError::corrupt(message()),
+        _ => match error.sqlite_error_code() {
+            Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => {
+                StoreError::corrupt(message())
+            }
+            Some(
+                ErrorCode::DiskFull
+                | ErrorCode::ReadOnly
+                | ErrorCode::PermissionDenied
+                | ErrorCode::CannotOpen
+                | ErrorCode::AuthorizationForStatementDenied
+                | ErrorCode::SchemaChanged
+                | ErrorCode::TooBig,
+            ) => StoreError::refused(message()),
+            _ => StoreError::unavailable(message()),
+        },
     };
     kind.caused_by(error)
 }
