@@ -32,11 +32,17 @@ struct Fault {
 /// inner store) and every later call fails too, so the engine above stops
 /// that tree exactly as a process crash would. Recover by building a new
 /// engine on [`FaultStore::inner`].
+///
+/// [`FaultStore::answering_late`] makes it answer every write only after the
+/// caller yielded to the runtime, as a store that writes on another thread
+/// or server does, so the engine stages its next round while a commit is in
+/// flight.
 #[derive(Clone)]
 pub struct FaultStore {
     inner: Arc<dyn Store>,
     fault: Arc<Mutex<Option<Fault>>>,
     crashed: Arc<AtomicBool>,
+    late: bool,
 }
 
 impl std::fmt::Debug for FaultStore {
@@ -54,7 +60,38 @@ impl FaultStore {
             inner,
             fault: Arc::default(),
             crashed: Arc::default(),
+            late: false,
         }
+    }
+
+    /// Answers every write (a new tree, an append, a snapshot) from another
+    /// task, once the caller's task let the runtime run it: the first poll
+    /// of a write is always pending, as on a store that writes on another
+    /// thread. The inner
+    /// store does the write when it would (a `MemoryStore` when called), so
+    /// writes are stored in the order they were made, as one writer stores
+    /// them, and a later call (a renewal) sees them before their answers.
+    pub fn answering_late(mut self) -> FaultStore {
+        self.late = true;
+        self
+    }
+
+    fn later<'a, T: Send + 'a>(&self, write: BoxFuture<'a, T>) -> BoxFuture<'a, T> {
+        if !self.late {
+            return write;
+        }
+        Box::pin(async move {
+            let answer = write.await;
+            // Answered by another task, so the caller's task waits for the
+            // runtime to run others (a yield alone is ready when polled
+            // again, whether or not the caller let anything else run).
+            let (told, answered) = tokio::sync::oneshot::channel();
+            tokio::spawn(async move {
+                let _ = told.send(());
+            });
+            let _ = answered.await;
+            answer
+        })
     }
 
     /// Crashes at the `nth` (from 1) append that contains a `kind` record.
@@ -144,7 +181,7 @@ impl Store for FaultStore {
             return failed(error);
         }
         let cut = self.trips(create.records.iter());
-        self.cut_commit(cut, move || self.inner.create_tree(create))
+        self.later(self.cut_commit(cut, move || self.inner.create_tree(create)))
     }
 
     fn load(&self, tree: TreeId) -> BoxFuture<'_, Result<TreeLoad, StoreError>> {
@@ -166,7 +203,7 @@ impl Store for FaultStore {
             return failed(error);
         }
         let cut = self.trips(batch.iter().flat_map(|append| &append.records));
-        self.cut_commit(cut, move || self.inner.append(batch))
+        self.later(self.cut_commit(cut, move || self.inner.append(batch)))
     }
 
     fn write_snapshot(
@@ -177,7 +214,7 @@ impl Store for FaultStore {
     ) -> BoxFuture<'_, Result<AppendOutcome, StoreError>> {
         match self.dead() {
             Some(error) => failed(error),
-            None => self.inner.write_snapshot(tree, token, snapshot),
+            None => self.later(self.inner.write_snapshot(tree, token, snapshot)),
         }
     }
 

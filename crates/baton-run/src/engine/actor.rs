@@ -4,8 +4,10 @@
 //! round's decisions (`round.rs`) what each live process does next, and
 //! stages the records they return (each applied to the in-memory fold at
 //! once); then it commits the staged records in one append and only then
-//! acts on them: dispatches, replies, events. If the append fails the tree
-//! stops, so in-memory state that ran ahead of the log is never observed.
+//! acts on them: dispatches, replies, events. While a store writes a commit
+//! off this task, the next round is staged, and sealed once that commit is
+//! durable (`commit.rs`). If an append fails the tree stops, so in-memory
+//! state that ran ahead of the log is never observed.
 //!
 //! This file holds the task, its mailbox and its commit loop; what a round
 //! decides lives in `round.rs`, dispatches in flight in `dispatch.rs`, and
@@ -14,6 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 mod birth;
+mod commit;
 mod live;
 use std::sync::Arc;
 
@@ -23,11 +26,11 @@ use crate::clock::Timestamp;
 use crate::ids::{EffectId, ProcessId, TreeId};
 use crate::log::{Record, RecordBody};
 use crate::protocol::{ChildOutcome, Execution, Program, Signal, SignalBody};
-use crate::storage::{Append, AppendOutcome, Created, TreeStatus};
+use crate::storage::Created;
 
 use super::dispatch::{Completion, DispatchJob, Dispatches};
 use super::error::{ControlError, RuntimeError, SignalError};
-use super::lifecycle::{Owner, Sleeper, SnapshotPace};
+use super::lifecycle::{Owner, Sleeper};
 pub(crate) use super::mailbox::{Channels, Command};
 use super::round::{self, ChildrenWait, Next, Pass};
 use super::shared::{Door, TreeShared};
@@ -42,10 +45,6 @@ pub(in crate::engine) use birth::FirstRound;
 /// processes keep progressing (each commit takes up to
 /// `max_steps_per_commit` steps).
 const HELD_COMMITS: u32 = 4;
-
-/// Log bytes written since the last snapshot, per byte of that snapshot,
-/// before the next one is due.
-const SNAPSHOT_LOG_RATIO: u64 = 4;
 
 /// Something to do once the staged records are durable.
 enum After {
@@ -108,6 +107,11 @@ pub(super) struct Actor {
     refused: Option<Created>,
     /// The first commit of an unborn tree failed in the store.
     unborn_failed: bool,
+    /// The last commit, sent and not answered yet: the next round is
+    /// staged while the store writes it (see `commit.rs`).
+    flight: Option<commit::Flight>,
+    /// A snapshot being written (see `commit.rs`).
+    snapshotting: Option<commit::Snapshotting>,
 }
 
 impl Actor {
@@ -151,6 +155,8 @@ impl Actor {
             unborn: None,
             refused: None,
             unborn_failed: false,
+            flight: None,
+            snapshotting: None,
         }
     }
 
@@ -194,12 +200,27 @@ impl Actor {
                 }
                 self.drive();
             }
+            // The round above was staged while the last commit was written;
+            // it is sealed only once that commit is durable.
+            if let Some(flight) = self.flight.take()
+                && let Err(error) = self.land_flight(flight).await
+            {
+                self.stop(error);
+                return;
+            }
             if !self.staged.is_empty() {
-                if let Err(error) = self.commit().await {
-                    self.stop(error);
-                    return;
+                match self.send().await {
+                    Ok(flight) => self.flight = flight,
+                    Err(error) => {
+                        self.stop(error);
+                        return;
+                    }
                 }
                 continue;
+            }
+            if let Err(error) = self.settle_snapshot().await {
+                self.stop(error);
+                return;
             }
             self.flush_after();
             if self.state.done() {
@@ -702,135 +723,6 @@ impl Actor {
         self.after.push(After::Dispatch(job));
     }
 
-    async fn commit(&mut self) -> Result<(), RuntimeError> {
-        if let Some(error) = self.owner.outcome.read().stopped.clone() {
-            return Err(error);
-        }
-        let mut bodies = std::mem::take(&mut self.staged);
-        let mut records = Vec::with_capacity(bodies.len());
-        let mut written = 0u64;
-        let (mut seq, mut prev) = (self.owner.head_seq, self.owner.head);
-        for body in &bodies {
-            seq += 1;
-            let record = Record::seal(seq, prev, body);
-            written += record.body.len() as u64;
-            prev = record.hash;
-            records.push(record);
-        }
-        // One pass over the processes gives the listing status and what
-        // hosts awaiting a condition read once the commit is published.
-        let (status, reached) = self.state.summary(seq);
-        let now = self.engine.clock.now();
-        let meta = self.state.meta_with(now, status);
-        let pace = &mut self.owner.snapshots;
-        pace.records += bodies.len() as u64;
-        pace.bytes += written;
-        // Snapshot after `snapshot_every` records, but never write more
-        // snapshot bytes than a quarter of the log bytes since the last one:
-        // a large tree then snapshots less often, its snapshots cost at most
-        // a quarter of what its log costs, and a recovery folds a tail of at
-        // most four times the snapshot's size.
-        let snapshot_due = pace.records >= self.engine.snapshot_every
-            && pace.bytes >= SNAPSHOT_LOG_RATIO * pace.last_size;
-        // The commit that ends the tree gives up the lease with it, unless a
-        // snapshot still has to be written under the lease.
-        let release = self.state.done() && !snapshot_due;
-        let mut records = Some(records);
-        if let Some(start) = self.unborn.take() {
-            // A root that ended or waits after its first round is created
-            // with all of it in one commit. One that keeps running (effects
-            // or children in flight) is created with its start alone, and
-            // its first round commits as any later one: nothing is
-            // dispatched before the tree is durable either way, but the
-            // start of a tree that acts is never cut together with its acts.
-            let whole = matches!(status, TreeStatus::Done | TreeStatus::Waiting);
-            let first = if whole {
-                records.take().unwrap_or_default()
-            } else {
-                Vec::new()
-            };
-            self.create(start, first, meta.clone(), release && whole)
-                .await?;
-            self.emit(self.tree, EventKind::ProcessStarted { seq: 1 });
-        }
-        if let Some(records) = records {
-            let append = Append {
-                tree: self.tree,
-                token: self.owner.token,
-                records,
-                meta,
-                release,
-            };
-            let outcome = self.engine.store.append(vec![append]).await;
-            self.check_outcome(
-                outcome.map(|outcomes| outcomes.first().copied().unwrap_or(AppendOutcome::Fenced)),
-            )?;
-        }
-        self.released = release;
-        (self.last_commit, self.idle_told) = (now, false);
-        let first = self.owner.head_seq + 1;
-        self.owner.head_seq = seq;
-        self.owner.head = prev;
-        self.state.history_bytes += written;
-        self.publish(first, &bodies, reached);
-        // Keep the buffer: records are large, and growing a fresh one
-        // for every commit reallocates and moves them several times.
-        if self.staged.is_empty() {
-            bodies.clear();
-            self.staged = bodies;
-        }
-        self.flush_after();
-        if snapshot_due {
-            self.snapshot().await?;
-        }
-        Ok(())
-    }
-
-    async fn snapshot(&mut self) -> Result<(), RuntimeError> {
-        let state = crate::canonical::to_compact(&self.state).expect("tree state always encodes");
-        let size = state.len() as u64;
-        let snapshot = crate::log::Snapshot {
-            seq: self.owner.head_seq,
-            head: self.owner.head,
-            state,
-        };
-        let outcome = self
-            .engine
-            .store
-            .write_snapshot(self.tree, self.owner.token, snapshot)
-            .await;
-        self.check_outcome(outcome)?;
-        self.owner.snapshots = SnapshotPace {
-            records: 0,
-            bytes: 0,
-            last_size: size,
-        };
-        Ok(())
-    }
-
-    /// Maps a store's answer to a write into the tree's fate: durable, or a
-    /// runtime stop (fenced, head moved, storage failed).
-    fn check_outcome(
-        &self,
-        outcome: Result<AppendOutcome, crate::storage::StoreError>,
-    ) -> Result<(), RuntimeError> {
-        let (tree, head_seq) = (self.tree, self.owner.head_seq);
-        match outcome {
-            Ok(AppendOutcome::Committed | AppendOutcome::Duplicate) => Ok(()),
-            Ok(AppendOutcome::Fenced) => Err(RuntimeError::Fenced { tree, head_seq }),
-            Ok(AppendOutcome::Conflict { head }) => Err(RuntimeError::Conflict {
-                tree,
-                expected: head_seq,
-                found: head,
-            }),
-            Err(error) => Err(RuntimeError::Storage {
-                tree,
-                head_seq,
-                error,
-            }),
-        }
-    }
-
     fn flush_after(&mut self) {
         for reply in std::mem::take(&mut self.inspects) {
             let mut view = TreeView::of(
@@ -880,6 +772,11 @@ impl Actor {
     }
 
     async fn finish(&mut self) {
+        // The lease is given up after the last snapshot is written.
+        if let Err(error) = self.settle_snapshot().await {
+            self.stop(error);
+            return;
+        }
         if !self.released {
             let _ = self.engine.store.release(self.tree, self.owner.token).await;
         }
@@ -896,6 +793,12 @@ impl Actor {
     }
 
     async fn close(&mut self, reply: oneshot::Sender<()>) {
+        // A commit already sent is finished first; what was staged after it
+        // is dropped with the tree's task, as a stop drops it.
+        if let Some(flight) = self.flight.take() {
+            let _ = self.land_flight(flight).await;
+        }
+        let _ = self.settle_snapshot().await;
         let _ = self.engine.store.release(self.tree, self.owner.token).await;
         self.engine.forget(self.tree, self.owner.token);
         self.stop(RuntimeError::Closed { tree: self.tree });

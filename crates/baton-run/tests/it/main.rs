@@ -8,6 +8,7 @@ mod fuzz;
 mod hosting;
 mod limits;
 mod payload;
+mod pipeline;
 mod recovery;
 mod retry;
 mod schema;

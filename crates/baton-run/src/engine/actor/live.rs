@@ -14,13 +14,28 @@ use super::super::dispatch::{DispatchJob, Launch, launch};
 use super::super::view::{Ended, Event, EventKind};
 use super::{Actor, After};
 
+/// What a durable commit tells: see [`Actor::news`].
+pub(super) struct News {
+    events: Vec<Event>,
+    terminated: Vec<(ProcessId, crate::failure::Termination)>,
+    drained: Vec<ProcessId>,
+    reached: super::super::shared::Reached,
+}
+
 impl Actor {
     pub(super) fn emit(&self, process: ProcessId, kind: EventKind) {
-        // Nobody listens: skip computing the path.
-        if self.engine.events.receiver_count() == 0 {
-            return;
+        if let Some(event) = self.event(process, kind) {
+            let _ = self.engine.events.send(event);
         }
-        let _ = self.engine.events.send(Event {
+    }
+
+    /// The event of `process`, `None` when nobody listens (its path is
+    /// then not computed).
+    fn event(&self, process: ProcessId, kind: EventKind) -> Option<Event> {
+        if self.engine.events.receiver_count() == 0 {
+            return None;
+        }
+        Some(Event {
             tree: self.tree,
             process,
             path: self.state.path(process),
@@ -30,17 +45,25 @@ impl Actor {
                 .get(&process)
                 .map(|p| p.program.name.clone()),
             kind,
-        });
+        })
     }
 
-    /// Emits committed events and publishes new terminations and drains to handles.
-    pub(super) fn publish(
+    /// What a commit of `bodies` (the first at `first`) tells once it is
+    /// durable: its events, and the terminations and drains handles read.
+    /// Read off the state the commit leaves, before the next round moves
+    /// it on.
+    pub(super) fn news(
         &self,
         first: u64,
         bodies: &[RecordBody],
         reached: super::super::shared::Reached,
-    ) {
-        let mut terminated = Vec::new();
+    ) -> News {
+        let mut news = News {
+            events: Vec::new(),
+            terminated: Vec::new(),
+            drained: Vec::new(),
+            reached,
+        };
         for (offset, body) in bodies.iter().enumerate() {
             let seq = first + offset as u64;
             let (process, kind) = EventKind::of(seq, body);
@@ -53,21 +76,19 @@ impl Actor {
             );
             let ended = ended_by_step || matches!(body, RecordBody::Terminated { .. });
             if !matches!(body, RecordBody::Terminated { .. }) {
-                self.emit(process, kind);
+                news.events.extend(self.event(process, kind));
             }
             if ended && let Some(termination) = &self.state.processes[&process].termination {
-                self.emit_ended(seq, process);
-                self.shared.progress.forget(process);
-                terminated.push((process, termination.clone()));
+                news.events.extend(self.ended(seq, process));
+                news.terminated.push((process, termination.clone()));
             }
         }
-        if terminated.is_empty() {
-            self.owner.outcome.modify(|o| o.reached = reached);
-            return;
+        if news.terminated.is_empty() {
+            return news;
         }
         // Only a terminated process or one of its ancestors can have drained now.
         let mut candidates = BTreeSet::new();
-        for (process, _) in &terminated {
+        for (process, _) in &news.terminated {
             let mut next = Some(*process);
             while let Some(id) = next {
                 if !candidates.insert(id) {
@@ -76,35 +97,50 @@ impl Actor {
                 next = self.state.processes[&id].parent;
             }
         }
-        let drained: Vec<ProcessId> = {
+        news.drained = {
             let outcome = self.owner.outcome.read();
             candidates
                 .into_iter()
                 .filter(|id| !outcome.drained.contains(id) && self.state.drained(*id))
                 .collect()
         };
-        for id in &drained {
+        for id in &news.drained {
             let status = self.state.processes[id].status;
-            self.emit(*id, EventKind::Drained { status });
+            news.events
+                .extend(self.event(*id, EventKind::Drained { status }));
+        }
+        news
+    }
+
+    /// Emits a durable commit's events and publishes its terminations and
+    /// drains to handles.
+    pub(super) fn deliver(&self, news: News) {
+        for event in news.events {
+            let _ = self.engine.events.send(event);
+        }
+        for (process, _) in &news.terminated {
+            self.shared.progress.forget(*process);
+        }
+        if news.terminated.is_empty() {
+            self.owner.outcome.modify(|o| o.reached = news.reached);
+            return;
         }
         self.owner.outcome.modify(|o| {
-            o.terminations.extend(terminated);
-            o.drained.extend(drained);
-            o.reached = reached;
+            o.terminations.extend(news.terminated);
+            o.drained.extend(news.drained);
+            o.reached = news.reached;
         });
     }
 
     /// The `Terminated` event of a process that ended at `seq`, with how it
     /// ended and what it used (built only when someone listens).
-    fn emit_ended(&self, seq: u64, process: ProcessId) {
+    fn ended(&self, seq: u64, process: ProcessId) -> Option<Event> {
         if self.engine.events.receiver_count() == 0 {
-            return;
+            return None;
         }
         let state = &self.state.processes[&process];
-        let Some(termination) = &state.termination else {
-            return;
-        };
-        self.emit(
+        let termination = state.termination.as_ref()?;
+        self.event(
             process,
             EventKind::Terminated {
                 seq,
@@ -114,7 +150,7 @@ impl Actor {
                     usage: state.usage.clone(),
                 })),
             },
-        );
+        )
     }
 
     /// Reads a stepped process's progress and, when it changed, keeps it
