@@ -108,20 +108,54 @@ impl Dispatcher for Oracle {
     }
 }
 
+/// A parent whose children each dispatch their key, on an engine over
+/// `store` (answering late) that takes one step per commit, so each child's
+/// step and dispatch is staged while the commit before it is in flight.
+struct Ahead {
+    store: MemoryStore,
+    faulty: FaultStore,
+    oracle: Arc<Oracle>,
+    root: baton_run::Program<Vec<String>, Value>,
+    config: EngineConfig,
+    id: baton_run::StartId,
+}
+
+impl Ahead {
+    fn new(key: &str) -> Ahead {
+        let store = MemoryStore::keeping_history();
+        let id = start_id(key);
+        let oracle = Arc::new(Oracle {
+            store: store.clone(),
+            tree: ProcessId::root(&id),
+            calls: Mutex::default(),
+        });
+        let child = program(Kind::Dispatch, Some(oracle.clone()));
+        let root = parent(Plan::new(Boundary::Result, Condition::All), &child);
+        let faulty = late(&store);
+        let mut config = EngineConfig::new(Arc::new(faulty.clone()));
+        config.programs.push(root.erase());
+        config.max_steps_per_commit = 1;
+        Ahead {
+            store,
+            faulty,
+            oracle,
+            root,
+            config,
+            id,
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_round_staged_while_a_commit_is_in_flight_is_dispatched_and_told_only_once_durable() {
-    let store = MemoryStore::keeping_history();
-    let id = start_id("ahead");
-    let oracle = Arc::new(Oracle {
-        store: store.clone(),
-        tree: ProcessId::root(&id),
-        calls: Mutex::default(),
-    });
-    let child = program(Kind::Dispatch, Some(oracle.clone()));
-    let root = parent(Plan::new(Boundary::Result, Condition::All), &child);
-    let mut config = EngineConfig::new(Arc::new(late(&store)));
-    config.programs.push(root.erase());
-    config.max_steps_per_commit = 1;
+    let Ahead {
+        store,
+        oracle,
+        root,
+        mut config,
+        id,
+        ..
+    } = Ahead::new("ahead");
     // Snapshots are due every few commits: each covers the state its own
     // commit left, not the round staged after it.
     config.snapshot_every = 4;
@@ -182,22 +216,17 @@ async fn a_round_staged_while_a_commit_is_in_flight_is_dispatched_and_told_only_
 
 #[tokio::test]
 async fn when_the_commit_in_flight_fails_nothing_staged_behind_it_is_dispatched() {
-    let store = MemoryStore::keeping_history();
-    let id = start_id("behind");
-    let oracle = Arc::new(Oracle {
-        store: store.clone(),
-        tree: ProcessId::root(&id),
-        calls: Mutex::default(),
-    });
-    let child = program(Kind::Dispatch, Some(oracle.clone()));
-    let root = parent(Plan::new(Boundary::Result, Condition::All), &child);
-    let faulty = late(&store);
+    let Ahead {
+        faulty,
+        oracle,
+        root,
+        config,
+        id,
+        ..
+    } = Ahead::new("behind");
     // The second commit that holds a pending dispatch is lost: the tree
     // stops with the next child's step and dispatch staged behind it.
     faulty.arm(RecordKind::EffectPending, Cut::Before, 2);
-    let mut config = EngineConfig::new(Arc::new(faulty.clone()));
-    config.programs.push(root.erase());
-    config.max_steps_per_commit = 1;
     let engine = Engine::new(config).expect("the engine configuration is valid");
     let keys: Vec<String> = ["a", "b", "c", "d"].map(String::from).into();
     let handle = engine
@@ -227,18 +256,9 @@ async fn a_host_asking_for_the_tree_while_its_last_commit_is_written_finds_it_fi
     // holds the lease (a renewal). One that arrives while the commit that
     // gives the lease up is in flight must not renew after it, or the
     // owner would find the lease gone and stop its own finished tree.
-    let store = MemoryStore::keeping_history();
-    let id = start_id("asked");
-    let oracle = Arc::new(Oracle {
-        store: store.clone(),
-        tree: ProcessId::root(&id),
-        calls: Mutex::default(),
-    });
-    let child = program(Kind::Dispatch, Some(oracle.clone()));
-    let root = parent(Plan::new(Boundary::Result, Condition::All), &child);
-    let mut config = EngineConfig::new(Arc::new(late(&store)));
-    config.programs.push(root.erase());
-    config.max_steps_per_commit = 1;
+    let Ahead {
+        root, config, id, ..
+    } = Ahead::new("asked");
     let engine = Arc::new(Engine::new(config).expect("the engine configuration is valid"));
     let keys: Vec<String> = (0..12).map(|n| format!("k{n:02}")).collect();
     let handle = engine
