@@ -67,10 +67,10 @@ impl FaultStore {
     /// Answers every write (a new tree, an append, a snapshot) from another
     /// task, once the caller's task let the runtime run it: the first poll
     /// of a write is always pending, as on a store that writes on another
-    /// thread. The inner
-    /// store does the write when it would (a `MemoryStore` when called), so
-    /// writes are stored in the order they were made, as one writer stores
-    /// them, and a later call (a renewal) sees them before their answers.
+    /// thread. The inner store does the write when it would (a
+    /// `MemoryStore` when called), so writes are stored in the order they
+    /// were made, as one writer stores them, and a later call (a renewal)
+    /// sees them before their answers.
     pub fn answering_late(mut self) -> FaultStore {
         self.late = true;
         self

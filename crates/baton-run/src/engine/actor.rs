@@ -37,7 +37,7 @@ use super::shared::{Door, TreeShared};
 use super::spans::ProcessSpans;
 use super::spare::{keep_staged, spare_staged};
 use super::state::TreeState;
-use super::view::{Event, EventKind, TreeView, Visibility};
+use super::view::{Event, EventKind, TreeView};
 use super::{EngineInner, SignalReceipt, SignalRequest, Sleep};
 pub(in crate::engine) use birth::FirstRound;
 
@@ -723,23 +723,12 @@ impl Actor {
         self.after.push(After::Dispatch(job));
     }
 
+    /// Releases what waited for a commit when nothing more is committed:
+    /// inspections see the state at the head.
     fn flush_after(&mut self) {
-        for reply in std::mem::take(&mut self.inspects) {
-            let mut view = TreeView::of(
-                &self.state,
-                self.owner.head_seq,
-                self.owner.head,
-                Visibility::Public,
-            );
-            self.shared.progress.overlay(&mut view);
-            let _ = reply.send(Ok(view));
-        }
-        for action in std::mem::take(&mut self.after) {
-            match action {
-                After::Reply(reply) => reply(),
-                After::Dispatch(job) => self.launch(job),
-            }
-        }
+        let views = self.views(self.owner.head_seq, self.owner.head);
+        let after = std::mem::take(&mut self.after);
+        self.release(views, after);
     }
 
     fn stop(&mut self, error: RuntimeError) {

@@ -39,6 +39,9 @@ use super::{Actor, After};
 /// before the next one is due.
 const SNAPSHOT_LOG_RATIO: u64 = 4;
 
+/// Where an inspection waiting for a commit is answered.
+type Inspect = oneshot::Sender<Result<TreeView, ControlError>>;
+
 /// A snapshot write the store has not answered yet.
 pub(super) type Snapshotting = BoxFuture<'static, Result<AppendOutcome, StoreError>>;
 
@@ -60,7 +63,7 @@ struct Landing {
     now: Timestamp,
     news: News,
     after: Vec<After>,
-    views: Vec<(oneshot::Sender<Result<TreeView, ControlError>>, TreeView)>,
+    views: Vec<(Inspect, TreeView)>,
     /// The state it leaves, encoded, when a snapshot is due after it.
     snapshot: Option<std::sync::Arc<[u8]>>,
 }
@@ -221,6 +224,16 @@ impl Actor {
             bodies.clear();
             self.staged = bodies;
         }
+        self.release(views, after);
+        if let Some(state) = snapshot {
+            self.snapshot(state).await?;
+        }
+        Ok(())
+    }
+
+    /// Answers inspections with their views, and replies and launches
+    /// what waited for a commit.
+    pub(super) fn release(&mut self, views: Vec<(Inspect, TreeView)>, after: Vec<After>) {
         for (reply, view) in views {
             let _ = reply.send(Ok(view));
         }
@@ -230,19 +243,11 @@ impl Actor {
                 After::Dispatch(job) => self.launch(job),
             }
         }
-        if let Some(state) = snapshot {
-            self.snapshot(state).await?;
-        }
-        Ok(())
     }
 
     /// What inspections waiting for this commit will see: the state it
     /// leaves, at its head.
-    fn views(
-        &mut self,
-        seq: u64,
-        head: Digest,
-    ) -> Vec<(oneshot::Sender<Result<TreeView, ControlError>>, TreeView)> {
+    pub(super) fn views(&mut self, seq: u64, head: Digest) -> Vec<(Inspect, TreeView)> {
         std::mem::take(&mut self.inspects)
             .into_iter()
             .map(|reply| {

@@ -121,10 +121,6 @@ impl Actor {
         for (process, _) in &news.terminated {
             self.shared.progress.forget(*process);
         }
-        if news.terminated.is_empty() {
-            self.owner.outcome.modify(|o| o.reached = news.reached);
-            return;
-        }
         self.owner.outcome.modify(|o| {
             o.terminations.extend(news.terminated);
             o.drained.extend(news.drained);
