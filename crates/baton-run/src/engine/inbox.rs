@@ -456,18 +456,24 @@ async fn reread_timer(clock: &dyn crate::clock::Clock, without_notices: bool) {
 }
 
 /// Applies and settles the pending messages of the trees `wake` names that
-/// this engine holds.
+/// this engine holds. A wake for one tree looks that tree up and no other:
+/// every root that goes on past its first round wakes the task once, so a
+/// cost in the trees held would make starting many roots quadratic.
 async fn drain(engine: &Arc<EngineInner>, wake: Wake) {
-    let held: BTreeSet<TreeId> = engine
-        .leases
-        .lock()
-        .map(|leases| leases.keys().copied().collect())
-        .unwrap_or_default();
-    let tree = match wake {
-        Wake::Tree(tree) if !held.contains(&tree) => return,
-        Wake::Tree(tree) => Some(tree),
-        Wake::All if held.is_empty() => return,
-        Wake::All => None,
+    let (tree, held) = match wake {
+        Wake::Tree(tree) if engine.held_token(tree).is_none() => return,
+        Wake::Tree(tree) => (Some(tree), BTreeSet::from([tree])),
+        Wake::All => {
+            let held: BTreeSet<TreeId> = engine
+                .leases
+                .lock()
+                .map(|leases| leases.keys().copied().collect())
+                .unwrap_or_default();
+            if held.is_empty() {
+                return;
+            }
+            (None, held)
+        }
     };
     let pending = match engine.store.pending(tree).await {
         Ok(pending) => pending,
