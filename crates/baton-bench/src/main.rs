@@ -165,6 +165,19 @@ use crate::args::{Options, USAGE};
 use crate::report::table;
 use crate::workloads::resume::resume_phase2_main;
 
+/// The allocator the `baton` binary links, so the figures are what it runs
+/// (feature `mimalloc`, on by default; each JSON line names the allocator).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The process allocator this build measures with, as the JSON lines name it.
+pub const ALLOCATOR_NAME: &str = if cfg!(feature = "mimalloc") {
+    "mimalloc"
+} else {
+    "system"
+};
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

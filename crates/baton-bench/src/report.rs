@@ -29,6 +29,9 @@ pub struct Line {
     runs: usize,
     /// Steps, dispatches, tasks, roots or stages per run.
     size: u64,
+    /// The process allocator of the bench's build: `mimalloc` (the default,
+    /// as the `baton` binary links) or `system` (`--no-default-features`).
+    allocator: &'static str,
     /// The largest `VmHWM` of the workload's processes.
     peak_rss_bytes: u64,
     /// Median store bytes per unit of work.
@@ -129,6 +132,7 @@ impl Line {
             p90: round(p90(&figures)),
             runs: samples.len(),
             size: options.size(workload),
+            allocator: crate::ALLOCATOR_NAME,
             peak_rss_bytes,
             bytes_written: median_of(&samples, |s| Some(s.bytes_written)).unwrap_or(f64::NAN),
             io_bytes: median_of(&samples, |s| s.io_bytes),
@@ -241,6 +245,9 @@ pub fn table(results: &[Line]) -> String {
     for line in results {
         let per = Workload::parse(line.workload).map_or("unit", Workload::per);
         let mut notes = Vec::new();
+        if line.allocator != "mimalloc" {
+            notes.push(format!("{} allocator", line.allocator));
+        }
         if let Some(page) = line.page_size {
             notes.push(format!("{page} B pages"));
         }
@@ -337,6 +344,7 @@ mod tests {
         let line = |store| Line::summarize(Workload::Chain3, store, &options, vec![report()]);
         let sqlite = serde_json::to_value(line(StoreKind::Sqlite)).unwrap();
         assert_eq!(sqlite["page_size"], 1024);
+        assert_eq!(sqlite["allocator"], crate::ALLOCATOR_NAME);
         let memory = serde_json::to_value(line(StoreKind::Memory)).unwrap();
         assert!(memory.get("page_size").is_none(), "{memory}");
         let table = table(&[line(StoreKind::Sqlite)]);

@@ -15,6 +15,13 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::demo::{DemoArgs, DemoHooks};
 
+/// The process allocator: mimalloc keeps freed memory for reuse, where
+/// glibc hands a large state's blocks back to the system and faults them in
+/// again at the next step (feature `mimalloc`, on by default).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Durable, budgeted, decision-driven multi-agent work: the demos, and
 /// operations on the trees of a store.
 #[derive(Debug, Parser)]
