@@ -133,6 +133,13 @@
 //!
 //! The bench depends only on the `baton` facade; it measures `baton::run`.
 //!
+//! ## Allocator
+//!
+//! The bench links mimalloc as its process allocator, as the `baton` binary
+//! does (feature `mimalloc`, on by default); built with
+//! `--no-default-features` it runs on the system allocator. Each JSON line's
+//! `allocator` field says which (`mimalloc` or `system`).
+//!
 //! ## Code
 //!
 //! - `main.rs`: the entry point; it picks the parent's, a worker's or the
