@@ -178,13 +178,6 @@ use crate::workloads::resume::resume_phase2_main;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// The process allocator this build measures with, as the JSON lines name it.
-pub const ALLOCATOR_NAME: &str = if cfg!(feature = "mimalloc") {
-    "mimalloc"
-} else {
-    "system"
-};
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

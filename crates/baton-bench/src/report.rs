@@ -12,6 +12,25 @@ use crate::process::WorkerReport;
 use crate::store::StoreKind;
 use crate::workloads::Workload;
 
+/// The process allocator a build of the bench measures with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Allocator {
+    /// mimalloc, as the `baton` binary links (feature `mimalloc`, default).
+    Mimalloc,
+    /// The system allocator (`--no-default-features`).
+    System,
+}
+
+impl Allocator {
+    /// The allocator of this build.
+    pub const OF_THIS_BUILD: Allocator = if cfg!(feature = "mimalloc") {
+        Allocator::Mimalloc
+    } else {
+        Allocator::System
+    };
+}
+
 /// The result of one workload on one store: one JSON line.
 #[derive(Debug, Serialize)]
 pub struct Line {
@@ -31,7 +50,7 @@ pub struct Line {
     size: u64,
     /// The process allocator of the bench's build: `mimalloc` (the default,
     /// as the `baton` binary links) or `system` (`--no-default-features`).
-    allocator: &'static str,
+    allocator: Allocator,
     /// The largest `VmHWM` of the workload's processes.
     peak_rss_bytes: u64,
     /// Median store bytes per unit of work.
@@ -132,7 +151,7 @@ impl Line {
             p90: round(p90(&figures)),
             runs: samples.len(),
             size: options.size(workload),
-            allocator: crate::ALLOCATOR_NAME,
+            allocator: Allocator::OF_THIS_BUILD,
             peak_rss_bytes,
             bytes_written: median_of(&samples, |s| Some(s.bytes_written)).unwrap_or(f64::NAN),
             io_bytes: median_of(&samples, |s| s.io_bytes),
@@ -245,8 +264,8 @@ pub fn table(results: &[Line]) -> String {
     for line in results {
         let per = Workload::parse(line.workload).map_or("unit", Workload::per);
         let mut notes = Vec::new();
-        if line.allocator != "mimalloc" {
-            notes.push(format!("{} allocator", line.allocator));
+        if line.allocator == Allocator::System {
+            notes.push("system allocator".to_owned());
         }
         if let Some(page) = line.page_size {
             notes.push(format!("{page} B pages"));
@@ -344,7 +363,10 @@ mod tests {
         let line = |store| Line::summarize(Workload::Chain3, store, &options, vec![report()]);
         let sqlite = serde_json::to_value(line(StoreKind::Sqlite)).unwrap();
         assert_eq!(sqlite["page_size"], 1024);
-        assert_eq!(sqlite["allocator"], crate::ALLOCATOR_NAME);
+        assert_eq!(
+            sqlite["allocator"],
+            serde_json::to_value(Allocator::OF_THIS_BUILD).unwrap()
+        );
         let memory = serde_json::to_value(line(StoreKind::Memory)).unwrap();
         assert!(memory.get("page_size").is_none(), "{memory}");
         let table = table(&[line(StoreKind::Sqlite)]);
