@@ -51,15 +51,48 @@ impl Purpose {
     ];
 
     /// A fresh derive-key hasher for this purpose. Deriving the context key
-    /// costs a blake3 compression per call, and digests are taken several
-    /// times per step, so each purpose's keyed hasher is built once and
-    /// cloned (the clone is the same state `new_derive_key` would return).
+    /// costs a blake3 compression per call, so each purpose's keyed hasher
+    /// is built once and cloned (the clone is the same state
+    /// `new_derive_key` would return).
     fn hasher(self) -> blake3::Hasher {
         static PROTOTYPES: std::sync::LazyLock<[blake3::Hasher; 7]> =
             std::sync::LazyLock::new(|| {
                 Purpose::ALL.map(|purpose| blake3::Hasher::new_derive_key(purpose.context()))
             });
         PROTOTYPES[self as usize].clone()
+    }
+
+    /// The digest of what `feed` gives this purpose's hasher. Digests are
+    /// taken several times per step, and a `blake3::Hasher` is about 1.9 KB
+    /// (its stack of chaining values), so each thread keeps one hasher per
+    /// purpose and resets it before use (`reset` keeps the derived key),
+    /// where a fresh clone would copy the whole of it every time.
+    fn digest(self, feed: impl FnOnce(&mut blake3::Hasher)) -> Digest {
+        thread_local! {
+            static HASHERS: std::cell::RefCell<[blake3::Hasher; 7]> =
+                std::cell::RefCell::new(Purpose::ALL.map(Purpose::hasher));
+        }
+        let mut feed = Some(feed);
+        let kept = HASHERS.try_with(|hashers| {
+            // Never borrowed twice (`feed` only updates), but a digest
+            // taken while one is being taken would still be right.
+            let mut hashers = hashers.try_borrow_mut().ok()?;
+            let hasher = &mut hashers[self as usize];
+            // Reset before use: a feed that panicked leaves no trace.
+            hasher.reset();
+            (feed.take()?)(hasher);
+            Some(Digest(*hasher.finalize().as_bytes()))
+        });
+        match (kept, feed) {
+            (Ok(Some(digest)), _) => digest,
+            // No thread-local hasher to be had (a thread being torn down).
+            (_, Some(feed)) => {
+                let mut hasher = self.hasher();
+                feed(&mut hasher);
+                Digest(*hasher.finalize().as_bytes())
+            }
+            (_, None) => unreachable!("a feed taken is a digest returned"),
+        }
     }
 }
 
@@ -73,9 +106,9 @@ impl Digest {
 
     /// Digest of `bytes` for `purpose`.
     pub fn of(purpose: Purpose, bytes: &[u8]) -> Digest {
-        let mut hasher = purpose.hasher();
-        hasher.update(bytes);
-        Digest(*hasher.finalize().as_bytes())
+        purpose.digest(|hasher| {
+            hasher.update(bytes);
+        })
     }
 
     /// Digest of a sequence of parts; each part is length-prefixed so part
@@ -84,28 +117,28 @@ impl Digest {
         // The hasher sees exactly the prefixes and parts in order, but short
         // ones reach it gathered into one run: every `update` costs its own
         // bookkeeping, and a record's chain hash is six of them otherwise.
-        let mut hasher = purpose.hasher();
-        let mut gathered = [0u8; 128];
-        let mut filled = 0;
-        for part in parts {
-            let prefix = (part.len() as u64).to_le_bytes();
-            if filled + prefix.len() > gathered.len() {
-                hasher.update(&gathered[..filled]);
-                filled = 0;
+        purpose.digest(|hasher| {
+            let mut gathered = [0u8; 128];
+            let mut filled = 0;
+            for part in parts {
+                let prefix = (part.len() as u64).to_le_bytes();
+                if filled + prefix.len() > gathered.len() {
+                    hasher.update(&gathered[..filled]);
+                    filled = 0;
+                }
+                gathered[filled..filled + prefix.len()].copy_from_slice(&prefix);
+                filled += prefix.len();
+                if filled + part.len() <= gathered.len() {
+                    gathered[filled..filled + part.len()].copy_from_slice(part);
+                    filled += part.len();
+                } else {
+                    hasher.update(&gathered[..filled]);
+                    filled = 0;
+                    hasher.update(part);
+                }
             }
-            gathered[filled..filled + prefix.len()].copy_from_slice(&prefix);
-            filled += prefix.len();
-            if filled + part.len() <= gathered.len() {
-                gathered[filled..filled + part.len()].copy_from_slice(part);
-                filled += part.len();
-            } else {
-                hasher.update(&gathered[..filled]);
-                filled = 0;
-                hasher.update(part);
-            }
-        }
-        hasher.update(&gathered[..filled]);
-        Digest(*hasher.finalize().as_bytes())
+            hasher.update(&gathered[..filled]);
+        })
     }
 
     /// The raw bytes.
@@ -259,6 +292,41 @@ mod tests {
                 fresh.finalize().as_bytes()
             );
         }
+    }
+
+    /// Each thread's kept hashers start every digest afresh: after long
+    /// inputs (several chunks, so their stack of chaining values is used),
+    /// after other purposes and on other threads, a digest is the one a new
+    /// derive-key hasher gives.
+    #[test]
+    fn kept_hashers_start_every_digest_afresh() {
+        let fresh = |purpose: Purpose, bytes: &[u8]| {
+            let mut hasher = blake3::Hasher::new_derive_key(purpose.context());
+            hasher.update(bytes);
+            Digest(*hasher.finalize().as_bytes())
+        };
+        let long = vec![7u8; 5 * 1024 + 3];
+        let check = || {
+            for purpose in Purpose::ALL {
+                for bytes in [&b"short"[..], &long, &b""[..], &b"short"[..]] {
+                    assert_eq!(Digest::of(purpose, bytes), fresh(purpose, bytes));
+                }
+                let parts: [&[u8]; 2] = [&long, b"tail"];
+                let mut joined = Vec::new();
+                for part in parts {
+                    joined.extend_from_slice(&(part.len() as u64).to_le_bytes());
+                    joined.extend_from_slice(part);
+                }
+                assert_eq!(Digest::of_parts(purpose, &parts), fresh(purpose, &joined));
+            }
+        };
+        check();
+        std::thread::scope(|scope| {
+            for _ in 0..2 {
+                scope.spawn(check);
+            }
+        });
+        check();
     }
 
     #[test]
