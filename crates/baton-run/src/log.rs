@@ -109,6 +109,7 @@ pub enum RecordBody {
         /// The root process.
         root: ProcessId,
         /// The exact program.
+        #[serde(serialize_with = "program_text")]
         program: ProgramRef,
         /// The validated input.
         input: Payload,
@@ -253,6 +254,48 @@ pub enum RecordBody {
 
 fn is_default_limits(limits: &TreeLimits) -> bool {
     *limits == TreeLimits::default()
+}
+
+/// Writes a start's program as serde_json writes it, from the text kept for
+/// it when this thread wrote the same program before: a host starts the
+/// same few programs again and again, and a program's reference (four
+/// digests, the children's and a name) is most of what writing a start
+/// costs. The text goes as a raw JSON value, so serde_json's serializers
+/// (and the kernel's own) write it as it is; a value kept is reused only for
+/// an equal program, so it is never stale.
+fn program_text<S: serde::Serializer>(
+    program: &ProgramRef,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeStruct;
+    /// The programs a thread keeps the text of.
+    const KEPT: usize = 4;
+    thread_local! {
+        static WRITTEN: std::cell::RefCell<Vec<(ProgramRef, Arc<str>)>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let text = WRITTEN
+        .try_with(|written| {
+            let mut written = written.try_borrow_mut().ok()?;
+            if let Some((_, text)) = written.iter().find(|(kept, _)| kept == program) {
+                return Some(Arc::clone(text));
+            }
+            let text: Arc<str> = serde_json::to_string(program).ok()?.into();
+            if written.len() == KEPT {
+                written.remove(0);
+            }
+            written.push((program.clone(), Arc::clone(&text)));
+            Some(text)
+        })
+        .ok()
+        .flatten();
+    let Some(text) = text else {
+        return program.serialize(serializer);
+    };
+    let token = crate::canonical::RAW_VALUE_TOKEN;
+    let mut raw = serializer.serialize_struct(token, 1)?;
+    raw.serialize_field(token, &*text)?;
+    raw.end()
 }
 
 tagged::tag_first! {
@@ -516,6 +559,53 @@ mod tests {
                 serde_json::from_value::<RecordBody>(value).expect("decodes"),
                 body
             );
+        }
+    }
+
+    /// A start's program is written as its reference's own serialization
+    /// whether this thread wrote it before or not: twice in a row, for more
+    /// programs than a thread keeps the text of taken in turns, and for a
+    /// program that differs from one just written only in its name.
+    #[test]
+    fn a_starts_program_is_written_as_itself_however_often() {
+        let program = |n: u8, name: &str| crate::protocol::ProgramRef {
+            name: crate::ids::Name::new(format!("{name}{n}")).expect("valid"),
+            contract: Digest::of(Purpose::Contract, &[n]),
+            implementation: Digest::ZERO,
+            configuration: Digest::of(Purpose::Configuration, &[n]),
+            children: (0..n % 3)
+                .map(|c| Digest::of(Purpose::Program, &[n, c]))
+                .collect(),
+            digest: Digest::of(Purpose::Program, &[n]),
+        };
+        for _ in 0..2 {
+            for n in 0..7 {
+                for chosen in [program(n, "p"), program(n, "p"), program(n, "q")] {
+                    let mut body = tree_started(Labels::default(), None, Payload::null());
+                    if let RecordBody::TreeStarted { program: slot, .. } = &mut body {
+                        *slot = chosen.clone();
+                    }
+                    let expected = serde_json::to_string(&chosen).expect("encodes");
+                    let text =
+                        String::from_utf8(Record::seal(1, Digest::ZERO, &body).body.to_vec())
+                            .expect("utf-8");
+                    assert!(
+                        text.contains(&format!(r#","program":{expected},"input""#)),
+                        "{text}"
+                    );
+                    // serde_json's own writer (the seal's fallback) agrees.
+                    assert_eq!(serde_json::to_string(&body).expect("encodes"), text);
+                    assert_eq!(
+                        decode(RecordKind::TreeStarted, &text).expect("decodes"),
+                        body
+                    );
+                    let value = serde_json::to_value(&body).expect("encodes");
+                    assert_eq!(
+                        value["program"],
+                        serde_json::to_value(&chosen).expect("encodes")
+                    );
+                }
+            }
         }
     }
 
