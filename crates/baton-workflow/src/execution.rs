@@ -15,6 +15,8 @@ use serde_json::Value;
 use crate::stage::{Body, Child, LoopResult, Problem, Stage, StageKind};
 use crate::workflow::Inner;
 
+mod codec;
+
 /// Everything a workflow process remembers between steps.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -128,6 +130,28 @@ impl TryFrom<SlotStatusWire> for SlotStatus {
 }
 
 impl State {
+    /// The state's text: written directly for the shapes a running
+    /// workflow records ([`codec`]), by serde otherwise; the same text
+    /// either way.
+    pub(crate) fn snapshot(&self) -> Result<ExecutionState, StepError> {
+        if let Some(text) = codec::encode(self)
+            && let Ok(payload) = Payload::parse_str(&text)
+        {
+            return Ok(ExecutionState(payload));
+        }
+        ExecutionState::encode(self)
+    }
+
+    /// The state a recorded text holds: read directly when it is one
+    /// [`State::snapshot`] writes directly, by serde otherwise (whose
+    /// verdict and error stand).
+    pub(crate) fn restore(state: &ExecutionState) -> Result<State, StepError> {
+        match codec::decode(state.0.as_str()) {
+            Some(decoded) => Ok(decoded),
+            None => state.decode(),
+        }
+    }
+
     pub(crate) fn start(input: &Payload) -> State {
         State {
             stage: 0,
@@ -783,7 +807,7 @@ impl Execution for Run {
     }
 
     fn snapshot(&self) -> Result<ExecutionState, StepError> {
-        ExecutionState::encode(&self.state)
+        self.state.snapshot()
     }
 
     /// The running stage by id (iteration: its number from 1, or a loop's

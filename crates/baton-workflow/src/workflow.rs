@@ -452,7 +452,7 @@ impl Definition for Workflow {
     }
 
     fn restore(&self, state: &ExecutionState) -> Result<Box<dyn Execution>, StepError> {
-        let state: State = state.decode()?;
+        let state = State::restore(state)?;
         state.check(&self.inner.stages)?;
         Ok(Box::new(Run::new(self.inner.clone(), state)))
     }
