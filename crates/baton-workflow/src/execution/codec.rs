@@ -410,6 +410,49 @@ mod tests {
         }
     }
 
+    /// Recorded states the fuzz test edits: two read directly, one (a
+    /// failed slot) by serde.
+    fn state_seeds() -> Vec<String> {
+        vec![
+            r#"{"stage":0,"value":21}"#.to_owned(),
+            r#"{"batch":{"done":[1,{"a":"x,}"}],"iteration":2,"slots":[{"index":0,"key":"fan.0","status":{"status":"starting"}},{"index":1,"key":"fan.1","status":{"process":"p_0123456789abcdef0123456789abcdef","status":"running"}},{"index":2,"key":"fan.2","status":{"output":[null,"\"]"],"status":"completed"}}]},"stage":1,"value":{"n":-1.5}}"#.to_owned(),
+            r#"{"batch":{"slots":[{"index":0,"key":"k","status":{"failure":{"code":"workflow.call.child_failed","kind":"execution","message":"m"},"status":"failed"}}]},"stage":0,"value":null}"#.to_owned(),
+        ]
+    }
+
+    #[test]
+    fn the_fuzz_seeds_are_states() {
+        let seeds = state_seeds();
+        for seed in &seeds[..2] {
+            assert!(decode(seed).is_some(), "{seed}");
+        }
+        assert_eq!(decode(&seeds[2]), None);
+        for seed in &seeds {
+            assert!(serde_decode(seed).is_some(), "{seed}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(baton_testkit::fuzz::config())]
+
+        /// A recorded workflow state as a store returns it after a crash
+        /// (`cargo xtask fuzz`): what is read directly is what serde reads,
+        /// and whatever restores or not, none panics; a refusal is a
+        /// contract failure.
+        #[test]
+        fn fuzz_workflow_states(text in baton_testkit::fuzz::text(state_seeds())) {
+            if let Some(read) = decode(&text) {
+                prop_assert_eq!(Some(read), serde_decode(&text), "{}", text);
+            }
+            if let Ok(payload) = Payload::parse_str(&text) {
+                let restored = State::restore(&baton_run::program::ExecutionState(payload));
+                if let Err(error) = restored {
+                    prop_assert_eq!(error.failure().kind, baton_run::FailureKind::Contract);
+                }
+            }
+        }
+    }
+
     /// What serde refuses is never read: unknown members, a member twice,
     /// numbers that do not fit, keys and ids that are not valid; text of
     /// other shapes serde reads is read as serde reads it, or left to it.
