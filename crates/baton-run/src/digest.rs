@@ -39,7 +39,8 @@ impl Purpose {
         }
     }
 
-    /// Every purpose, in declaration order (the index of [`Purpose::hasher`]).
+    /// Every purpose, in declaration order (the index of each thread's kept
+    /// hashers).
     const ALL: [Purpose; 7] = [
         Purpose::Payload,
         Purpose::Contract,
@@ -50,23 +51,16 @@ impl Purpose {
         Purpose::LogChain,
     ];
 
-    /// A fresh derive-key hasher for this purpose. Deriving the context key
-    /// costs a blake3 compression per call, so each purpose's keyed hasher
-    /// is built once and cloned (the clone is the same state
-    /// `new_derive_key` would return).
+    /// A fresh derive-key hasher for this purpose.
     fn hasher(self) -> blake3::Hasher {
-        static PROTOTYPES: std::sync::LazyLock<[blake3::Hasher; 7]> =
-            std::sync::LazyLock::new(|| {
-                Purpose::ALL.map(|purpose| blake3::Hasher::new_derive_key(purpose.context()))
-            });
-        PROTOTYPES[self as usize].clone()
+        blake3::Hasher::new_derive_key(self.context())
     }
 
     /// The digest of what `feed` gives this purpose's hasher. Digests are
-    /// taken several times per step, and a `blake3::Hasher` is about 1.9 KB
-    /// (its stack of chaining values), so each thread keeps one hasher per
-    /// purpose and resets it before use (`reset` keeps the derived key),
-    /// where a fresh clone would copy the whole of it every time.
+    /// taken several times per step; deriving a purpose's key costs a blake3
+    /// compression and a `blake3::Hasher` is about 1.9 KB to copy, so each
+    /// thread keeps one hasher per purpose and resets it before use (`reset`
+    /// keeps the derived key).
     fn digest(self, feed: impl FnOnce(&mut blake3::Hasher)) -> Digest {
         thread_local! {
             static HASHERS: std::cell::RefCell<[blake3::Hasher; 7]> =

@@ -98,21 +98,9 @@ fn encode_slot(slot: &Slot, out: &mut String) -> Option<()> {
     Some(())
 }
 
-/// Appends `value` in decimal.
-fn push_uint(out: &mut String, mut value: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
-    }
-    for &digit in &digits[at..] {
-        out.push(char::from(digit));
-    }
+/// Appends `value` in decimal, as serde_json writes it.
+fn push_uint(out: &mut String, value: u64) {
+    out.push_str(itoa::Buffer::new().format(value));
 }
 
 /// The state `text` holds when it is one [`encode`] writes, or `None` to
@@ -132,10 +120,7 @@ pub(super) fn decode(text: &str) -> Option<State> {
     reader.eat(r#","value":"#)?;
     // The value is the last member: the rest but the closing brace. Text
     // that holds more than one value there is no payload, and serde decides.
-    let rest = text.get(reader.at..text.len().checked_sub(1)?)?;
-    if !text.ends_with('}') {
-        return None;
-    }
+    let rest = text.get(reader.at..)?.strip_suffix('}')?;
     let value = Payload::parse_str(rest).ok()?;
     Some(State {
         batch,
@@ -187,31 +172,14 @@ impl Reader<'_> {
         Some(text)
     }
 
-    /// One JSON value's text, certified as a payload.
+    /// The JSON value the text goes on with, as a payload: read by
+    /// serde_json, whose raw text a payload takes (and certifies).
     fn value(&mut self) -> Option<Payload> {
-        let bytes = self.text.as_bytes();
-        let start = self.at;
-        let mut depth = 0usize;
-        while let Some(&byte) = bytes.get(self.at) {
-            match byte {
-                b'"' => {
-                    self.at += 1;
-                    loop {
-                        match *bytes.get(self.at)? {
-                            b'\\' => self.at += 2,
-                            b'"' => break,
-                            _ => self.at += 1,
-                        }
-                    }
-                }
-                b'{' | b'[' => depth += 1,
-                b'}' | b']' | b',' if depth == 0 => break,
-                b'}' | b']' => depth -= 1,
-                _ => {}
-            }
-            self.at += 1;
-        }
-        Payload::parse_str(self.text.get(start..self.at)?).ok()
+        let rest = self.text.get(self.at..)?;
+        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Payload>();
+        let value = values.next()?.ok()?;
+        self.at += values.byte_offset();
+        Some(value)
     }
 
     /// A batch's members after its opening brace, and its closing brace.
