@@ -11,7 +11,8 @@
 //! state this module does not write is written by serde, and text it does not
 //! read is read by serde, whose verdict (and error) then stands. Reading
 //! never accepts text serde would refuse: it takes only the one canonical
-//! form, and each embedded value is certified by `Payload::parse_str`.
+//! form, and each embedded value is read and certified as a `Payload` (by
+//! serde_json, whose raw text a payload takes, or `Payload::parse_str`).
 
 use std::fmt::Write as _;
 use std::str::FromStr;
