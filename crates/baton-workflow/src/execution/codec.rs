@@ -146,17 +146,14 @@ impl Reader<'_> {
 
     /// A canonical unsigned integer: `0`, or digits without a leading zero.
     fn uint(&mut self) -> Option<u64> {
-        let rest = self.text.get(self.at..)?.as_bytes();
-        let len = rest.iter().take_while(|byte| byte.is_ascii_digit()).count();
-        if len == 0 || (len > 1 && rest[0] == b'0') {
+        let rest = self.text.get(self.at..)?;
+        let len = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if len > 1 && rest.starts_with('0') {
             return None;
         }
-        let mut value: u64 = 0;
-        for &digit in &rest[..len] {
-            value = value
-                .checked_mul(10)?
-                .checked_add(u64::from(digit - b'0'))?;
-        }
+        // Digits only (no sign), so `parse` refuses just the empty and the
+        // too large.
+        let value = rest[..len].parse().ok()?;
         self.at += len;
         Some(value)
     }
