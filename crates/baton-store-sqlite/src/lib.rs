@@ -17,14 +17,23 @@
 //! - **Durability.** The database runs in WAL mode with
 //!   `synchronous = FULL`: a commit returns only after its WAL frames are
 //!   fsynced.
-//! - **One writer thread, group commit.** Every write (acquire, append,
-//!   snapshot, renew, release, prune) is queued to one dedicated thread that
-//!   drains the queue and applies everything waiting — appends of many trees
-//!   from many engines' tasks — in one transaction with one fsync, then
-//!   answers each caller with its own outcome through a oneshot channel. The
-//!   more trees commit concurrently, the more commits share an fsync. If a
-//!   group fails, its operations are retried one per transaction, so one
-//!   bad operation cannot fail its neighbours.
+//! - **One writer connection, group commit.** Every write (acquire,
+//!   append, snapshot, renew, release, prune) is queued in call order for
+//!   the one writer connection; whoever holds it applies everything
+//!   queued — appends of many trees from many engines' tasks — in one
+//!   transaction with one fsync, then answers each caller with its own
+//!   outcome through a oneshot channel. The more trees commit
+//!   concurrently, the more commits share an fsync. If a group fails, its
+//!   operations are retried one per transaction, so one bad operation
+//!   cannot fail its neighbours.
+//! - **Who commits** ([`CommitOn`]). A write that nothing else is
+//!   waiting with is committed by the task awaiting it, on its own thread
+//!   (`tokio::task::block_in_place`, on a multi-thread runtime): a lone
+//!   short run costs its commit and no hand-off between threads. A writer
+//!   thread serves the rest: writes queued behind others, the appends and
+//!   snapshots the engine overlaps with its next round, writes awaited
+//!   outside a multi-thread runtime, and everything with
+//!   [`CommitOn::WriterThread`].
 //! - **Reads** (`load`, `list`, [`SqliteStore::records`]) run on a second
 //!   thread with its own connection, each in a read transaction, so they
 //!   see a consistent committed state and never wait for an fsync. A read
@@ -95,6 +104,7 @@ mod db;
 mod inbox;
 mod packed;
 mod schema;
+mod writer;
 
 /// A packed log (the first records of a short run, kept in its tree's row:
 /// `trees.log`) in its plain form, version byte first, compressed ones
@@ -112,13 +122,14 @@ use std::time::Duration;
 
 use baton_run::log::{Record, Snapshot};
 use baton_run::store::{
-    AcquireRequest, Acquired, Append, AppendOutcome, Change, Changes, CreateTree, Created,
-    ListFilter, Listing, Message, MessageId, PostOutcome, Posted, Settle, SettleOutcome, Store,
-    StoreError, TreeLoad,
+    AcquireRequest, Acquired, Append, AppendOutcome, Changes, CreateTree, Created, ListFilter,
+    Listing, Message, MessageId, PostOutcome, Posted, Settle, SettleOutcome, Store, StoreError,
+    TreeLoad,
 };
 use baton_run::{BoxFuture, Timestamp, TreeId};
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 use tokio::sync::oneshot;
+use writer::Write;
 
 /// The WAL bytes after which the writer checkpoints: SQLite's default of
 /// 1000 pages, at 4 KiB a page.
@@ -152,6 +163,9 @@ pub struct SqliteConfig {
     pub compact: bool,
     /// The most operations one group commit applies.
     pub max_batch: usize,
+    /// Which thread commits a write: the task awaiting it (by default), or
+    /// always the store's writer thread.
+    pub commit_on: CommitOn,
     /// How long a statement waits for a lock held by another process before
     /// it fails.
     pub busy_timeout: Duration,
@@ -163,16 +177,54 @@ pub struct SqliteConfig {
 
 impl Default for SqliteConfig {
     /// An existing store only, compaction on, up to 4096 operations per
-    /// group commit, 5 s busy timeout, 4 KiB pages for a new store.
+    /// group commit committed by the task that awaits them, 5 s busy
+    /// timeout, 4 KiB pages for a new store.
     fn default() -> SqliteConfig {
         SqliteConfig {
             creation: Creation::Existing,
             compact: true,
             max_batch: 4096,
+            commit_on: CommitOn::default(),
             busy_timeout: Duration::from_secs(5),
             page_size: PageSize::default(),
         }
     }
+}
+
+/// Which thread commits a store's writes.
+///
+/// Writes are queued in call order and committed in groups, one
+/// transaction and one fsync for everything queued, on the store's one
+/// writer connection; what differs is whose thread runs the commit, and
+/// so how long a lone write waits for its answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CommitOn {
+    /// A write that nobody else is committing or waiting with is committed
+    /// by the task that awaits it, on its own thread (with
+    /// `tokio::task::block_in_place`, which hands its worker's other tasks
+    /// to another thread meanwhile); it then commits whatever was queued
+    /// behind it, up to two groups, and leaves the rest to the writer
+    /// thread. A lone write costs its commit and no hand-off between
+    /// threads (in the benchmark a short run's time over the disk's
+    /// commit floor was mostly the two hand-offs: to the writer thread and
+    /// back). The writer thread commits the rest:
+    /// - writes queued behind others (under load the writer thread's
+    ///   group serves them all);
+    /// - an append that keeps its tree's lease and a snapshot, which the
+    ///   engine writes while it works out its next round;
+    /// - writes awaited outside a multi-thread tokio runtime (a
+    ///   current-thread runtime, another executor), where blocking in
+    ///   place is not allowed, and writes whose future is dropped
+    ///   unawaited.
+    #[default]
+    Caller,
+    /// Always the store's writer thread: the awaiting task is woken when
+    /// its group has committed. For hosts whose tasks must never block in
+    /// place, for example ones that await a write inside `join!` or
+    /// `select!` with other work that must go on during the commit, or
+    /// that enter a multi-thread runtime's handle from inside a
+    /// current-thread runtime (where tokio refuses to block in place).
+    WriterThread,
 }
 
 /// The page size of a new store's database file: the unit SQLite writes.
@@ -338,35 +390,6 @@ impl From<OpenError> for StoreError {
 
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
-/// A write, applied by the writer thread inside a group transaction.
-enum Write {
-    Acquire(AcquireRequest, Reply<Acquired>),
-    Create(db::NewTree, Reply<Created>),
-    Append(Vec<Append>, Reply<Vec<AppendOutcome>>),
-    Snapshot(TreeId, u64, Snapshot, Reply<AppendOutcome>),
-    Renew(TreeId, u64, Timestamp, Reply<bool>),
-    Release(TreeId, u64, Reply<()>),
-    Prune(Timestamp, Reply<usize>),
-    Post(Message, Reply<PostOutcome>),
-    Settle(Settle, Reply<SettleOutcome>),
-}
-
-/// What a write produced, sent only once its transaction committed.
-// Short-lived and matched at once; boxing the granted load would only add
-// an allocation to every acquisition.
-#[allow(clippy::large_enum_variant)]
-enum Written {
-    Acquired(Acquired),
-    Created(Created),
-    Appended(Vec<AppendOutcome>),
-    Snapshot(AppendOutcome),
-    Renewed(bool),
-    Released,
-    Pruned(usize),
-    Posted(PostOutcome),
-    Settled(SettleOutcome),
-}
-
 /// A read, answered by the reader thread.
 enum Read {
     Load(TreeId, Reply<TreeLoad>),
@@ -390,7 +413,8 @@ struct Inner {
     /// The most bytes of a new tree's first records packed into its row
     /// (`packed::limit` of the file's page size).
     pack_max: usize,
-    writes: Option<mpsc::Sender<Write>>,
+    /// The write queue and the writer's connection.
+    desk: Arc<writer::Desk>,
     reads: Option<mpsc::Sender<Read>>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -402,7 +426,7 @@ impl Drop for Inner {
         // The watcher's read-only connection closes first, so the last
         // connection to close (which checkpoints the WAL) is a writable one.
         self.notices.stop();
-        self.writes.take();
+        self.desk.close();
         self.reads.take();
         for thread in self.threads.drain(..) {
             let _ = thread.join();
@@ -548,7 +572,6 @@ impl SqliteStore {
             .pragma_update(None, "query_only", true)
             .map_err(sqlite)?;
 
-        let (writes, write_queue) = mpsc::channel();
         let (reads, read_queue) = mpsc::channel();
         let spawn = |name: &str, run: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
@@ -556,19 +579,20 @@ impl SqliteStore {
                 .spawn(run)
                 .map_err(|error| OpenError::Thread(error.to_string()))
         };
-        let max_batch = config.max_batch.max(1);
-        let compact = config.compact;
         let written = Arc::new(AtomicU64::new(0));
         let notices = Arc::new(inbox::Notices::new());
-        let writer_state = Writer {
-            compact,
-            counter: Arc::clone(&written),
-            notices: Arc::clone(&notices),
-        };
-        let write_thread = spawn(
-            "baton-sqlite-writer",
-            Box::new(move || write_loop(&mut writer, &write_queue, max_batch, &writer_state)),
-        )?;
+        let core = writer::Core::new(
+            writer,
+            writer::Writer {
+                compact: config.compact,
+                counter: Arc::clone(&written),
+                notices: Arc::clone(&notices),
+            },
+        );
+        let (desk, rung) = writer::Desk::new(core, config.max_batch, config.commit_on);
+        let desk = Arc::new(desk);
+        let serving = Arc::clone(&desk);
+        let write_thread = spawn("baton-sqlite-writer", Box::new(move || serving.run(&rung)))?;
         let read_thread = spawn(
             "baton-sqlite-reader",
             Box::new(move || read_loop(&mut reader, &read_queue)),
@@ -581,7 +605,7 @@ impl SqliteStore {
                 transactions,
                 notices,
                 pack_max: packed::limit(page_size),
-                writes: Some(writes),
+                desk,
                 reads: Some(reads),
                 threads: vec![write_thread, read_thread],
             }),
@@ -630,20 +654,28 @@ impl SqliteStore {
         self.inner.transactions.load(Ordering::Acquire)
     }
 
+    /// Groups of writes that a task awaiting one of them applied on its
+    /// own thread ([`CommitOn::Caller`]) since the store was opened
+    /// (shared by its clones); the writer thread applied the others. A
+    /// group is one transaction when it commits. For tests and benchmarks
+    /// of where commits run.
+    pub fn caller_groups(&self) -> u64 {
+        self.inner.desk.caller_groups()
+    }
+
     fn write<T: Send + 'static>(
         &self,
         make: impl FnOnce(Reply<T>) -> Write,
     ) -> BoxFuture<'static, Result<T, StoreError>> {
         let (reply, answer) = oneshot::channel();
-        let sent = self
-            .inner
-            .writes
-            .as_ref()
-            .is_some_and(|queue| queue.send(make(reply)).is_ok());
+        // Queued now, in call order; committed when awaited (or by the
+        // writer thread if the future is dropped unawaited).
+        let ticket = self.inner.desk.submit(make(reply));
         Box::pin(async move {
-            if !sent {
+            let Some(ticket) = ticket else {
                 return Err(stopped());
-            }
+            };
+            ticket.commit();
             answer.await.unwrap_or_else(|_| Err(stopped()))
         })
     }
@@ -781,253 +813,6 @@ fn open_error(path: &Path, error: rusqlite::Error) -> OpenError {
 /// and reads use between them (rusqlite keeps 16 by default, fewer than
 /// that, so a mix of writes would prepare some of them again).
 const STATEMENTS_KEPT: usize = 64;
-
-/// What the writer thread keeps besides its connection.
-struct Writer {
-    compact: bool,
-    /// Payload bytes committed; see [`SqliteStore::bytes_written`].
-    counter: Arc<AtomicU64>,
-    notices: Arc<inbox::Notices>,
-}
-
-/// The writer thread: drains the queue, applies each group in one
-/// transaction, answers after the commit.
-fn write_loop(
-    conn: &mut Connection,
-    queue: &mpsc::Receiver<Write>,
-    max_batch: usize,
-    writer: &Writer,
-) {
-    let mut cuts = cuts::Cuts::default();
-    while let Ok(first) = queue.recv() {
-        let mut group = vec![first];
-        while group.len() < max_batch {
-            match queue.try_recv() {
-                Ok(next) => group.push(next),
-                Err(_) => break,
-            }
-        }
-        apply(conn, group, writer, &mut cuts);
-    }
-}
-
-fn apply(conn: &mut Connection, group: Vec<Write>, writer: &Writer, cuts: &mut cuts::Cuts) {
-    let (compact, counter) = (writer.compact, &writer.counter);
-    // Payload bytes of this group, added to the counter only if it commits;
-    // the cuts it leaves are kept only if it commits.
-    let mut bytes = 0u64;
-    let result = (|| {
-        let tx = Group::begin(conn).map_err(db::storage)?;
-        cuts.begin();
-        let mut writing = cuts::Writing {
-            bytes: 0,
-            cuts: &mut *cuts,
-        };
-        let mut written = Vec::with_capacity(group.len());
-        for write in &group {
-            written.push(execute(tx.conn, write, compact, &mut writing)?);
-        }
-        let stored = writing.bytes;
-        tx.commit().map_err(db::storage)?;
-        bytes = stored;
-        Ok::<_, StoreError>(written)
-    })();
-    if result.is_err() {
-        cuts.clear();
-    }
-    match result {
-        Ok(written) => {
-            counter.fetch_add(bytes, Ordering::AcqRel);
-            for (write, done) in group.iter().zip(&written) {
-                for change in noticed(write, done) {
-                    writer.notices.hub.notify(change);
-                }
-            }
-            for (write, done) in group.into_iter().zip(written) {
-                answer(write, Ok(done));
-            }
-        }
-        Err(error) if group.len() == 1 => {
-            tracing::warn!(%error, "sqlite store write failed");
-            for write in group {
-                answer(write, Err(error.clone()));
-            }
-        }
-        Err(error) => {
-            tracing::warn!(%error, size = group.len(), "sqlite group commit failed; retrying one by one");
-            for write in group {
-                apply(conn, vec![write], writer, cuts);
-            }
-        }
-    }
-}
-
-/// The writer's group transaction. Its `BEGIN IMMEDIATE`, `COMMIT` and
-/// `ROLLBACK` are statements the connection keeps prepared: rusqlite's
-/// `Transaction` parses them anew for every group. Dropped uncommitted, it
-/// rolls back.
-struct Group<'c> {
-    conn: &'c Connection,
-}
-
-impl<'c> Group<'c> {
-    fn begin(conn: &'c Connection) -> rusqlite::Result<Group<'c>> {
-        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-        Ok(Group { conn })
-    }
-
-    fn commit(self) -> rusqlite::Result<()> {
-        self.conn.prepare_cached("COMMIT")?.execute([])?;
-        Ok(())
-    }
-}
-
-impl Drop for Group<'_> {
-    fn drop(&mut self) {
-        // Still open after a failed write or a failed commit (SQLite may
-        // have rolled a failed commit back already, and then stays out of
-        // a transaction): a rollback's own failure leaves nothing to do.
-        if !self.conn.is_autocommit() {
-            let rollback = self
-                .conn
-                .prepare_cached("ROLLBACK")
-                .and_then(|mut rollback| rollback.execute([]));
-            if let Err(error) = rollback {
-                tracing::warn!(%error, "sqlite store could not roll a failed group back");
-            }
-        }
-    }
-}
-
-fn execute(
-    conn: &Connection,
-    write: &Write,
-    compact: bool,
-    bytes: &mut cuts::Writing<'_>,
-) -> Result<Written, StoreError> {
-    Ok(match write {
-        Write::Acquire(request, _) => Written::Acquired(db::acquire(conn, request)?),
-        Write::Create(create, _) => Written::Created(db::create_tree(conn, create, bytes)?),
-        Write::Append(batch, _) => Written::Appended(
-            batch
-                .iter()
-                .map(|append| {
-                    let outcome = db::append(conn, append, bytes)?;
-                    if append.release
-                        && matches!(outcome, AppendOutcome::Committed | AppendOutcome::Duplicate)
-                    {
-                        db::release(conn, append.tree, append.token)?;
-                    }
-                    Ok(outcome)
-                })
-                .collect::<Result<_, StoreError>>()?,
-        ),
-        Write::Snapshot(tree, token, snapshot, _) => Written::Snapshot(db::write_snapshot(
-            conn, *tree, *token, snapshot, compact, bytes,
-        )?),
-        Write::Renew(tree, token, until, _) => {
-            Written::Renewed(db::renew(conn, *tree, *token, *until)?)
-        }
-        Write::Release(tree, token, _) => {
-            db::release(conn, *tree, *token)?;
-            Written::Released
-        }
-        Write::Prune(older_than, _) => {
-            // Pruned trees' keys and chunk ids may be used again.
-            bytes.cuts.clear();
-            Written::Pruned(db::prune(conn, *older_than)?)
-        }
-        Write::Post(message, _) => Written::Posted(inbox::post(conn, message)?),
-        Write::Settle(settle, _) => Written::Settled(inbox::settle(conn, settle)?),
-    })
-}
-
-/// The notices a committed write gives this store's subscribers.
-fn noticed(write: &Write, done: &Written) -> Vec<Change> {
-    match (write, done) {
-        (Write::Append(batch, _), Written::Appended(outcomes)) => batch
-            .iter()
-            .zip(outcomes)
-            .filter(|(_, outcome)| **outcome == AppendOutcome::Committed)
-            .map(|(append, _)| Change::Tree(append.tree))
-            .collect(),
-        (Write::Create(new, _), Written::Created(Created::Committed(_))) => {
-            vec![Change::Tree(new.tree())]
-        }
-        (Write::Release(tree, ..), Written::Released) => vec![Change::Tree(*tree)],
-        (Write::Post(message, _), Written::Posted(PostOutcome::Posted)) => {
-            vec![Change::Inbox(message.tree)]
-        }
-        (Write::Settle(settle, _), Written::Settled(SettleOutcome::Settled)) => {
-            vec![Change::Inbox(settle.tree)]
-        }
-        _ => Vec::new(),
-    }
-}
-
-fn mismatch() -> StoreError {
-    StoreError::unavailable("sqlite store: a write produced the wrong kind of result")
-}
-
-fn answer(write: Write, result: Result<Written, StoreError>) {
-    // A caller that stopped waiting is not an error of the store.
-    match write {
-        Write::Acquire(_, reply) => {
-            let _ = reply.send(result.and_then(|w| match w {
-                Written::Acquired(value) => Ok(value),
-                _ => Err(mismatch()),
-            }));
-        }
-        Write::Create(_, reply) => {
-            let _ = reply.send(result.and_then(|w| match w {
-                Written::Created(value) => Ok(value),
-                _ => Err(mismatch()),
-            }));
-        }
-        Write::Append(_, reply) => {
-            let _ = reply.send(result.and_then(|w| match w {
-                Written::Appended(value) => Ok(value),
-                _ => Err(mismatch()),
-            }));
-        }
-        Write::Snapshot(_, _, _, reply) => {
-            let _ = reply.send(result.and_then(|w| match w {
-                Written::Snapshot(value) => Ok(value),
-                _ => Err(mismatch()),
-            }));
-        }
-        Write::Renew(_, _, _, reply) => {
-            let _ = reply.send(result.and_then(|w| match w {
-                Written::Renewed(value) => Ok(value),
-                _ => Err(mismatch()),
-            }));
-        }
-        Write::Release(_, _, reply) => {
-            let _ = reply.send(result.and_then(|w| match w {
-                Written::Released => Ok(()),
-                _ => Err(mismatch()),
-            }));
-        }
-        Write::Prune(_, reply) => {
-            let _ = reply.send(result.and_then(|w| match w {
-                Written::Pruned(value) => Ok(value),
-                _ => Err(mismatch()),
-            }));
-        }
-        Write::Post(_, reply) => {
-            let _ = reply.send(result.and_then(|w| match w {
-                Written::Posted(value) => Ok(value),
-                _ => Err(mismatch()),
-            }));
-        }
-        Write::Settle(_, reply) => {
-            let _ = reply.send(result.and_then(|w| match w {
-                Written::Settled(value) => Ok(value),
-                _ => Err(mismatch()),
-            }));
-        }
-    }
-}
 
 /// The reader thread: each read in its own read transaction.
 fn read_loop(conn: &mut Connection, queue: &mpsc::Receiver<Read>) {

@@ -20,6 +20,9 @@ use baton_testkit::programs::{Kind, SCOPE, engine, open_wait, program, request};
 use baton_testkit::{ScriptedDispatcher, engine_conformance};
 use serde_json::json;
 
+/// On a current-thread runtime (the kit pauses time), so the store's writer
+/// thread commits; the tests below on a multi-thread runtime have the
+/// engine's tasks commit.
 #[tokio::test]
 async fn the_engine_conforms_on_the_sqlite_store() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -271,6 +274,16 @@ async fn editing_any_stored_record_in_the_file_is_detected_at_that_record() {
 
 #[tokio::test]
 async fn a_fresh_engine_on_a_reopened_file_recovers_a_tree_from_a_dropped_engine() {
+    recovers_a_tree_from_a_dropped_engine().await;
+}
+
+/// The same where the engines' tasks commit their own writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_engine_recovers_a_tree_from_a_dropped_engine_whose_tasks_committed() {
+    recovers_a_tree_from_a_dropped_engine().await;
+}
+
+async fn recovers_a_tree_from_a_dropped_engine() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("store.db");
     let program = program(Kind::Ask, None);
@@ -406,6 +419,20 @@ async fn a_reader_on_another_connection_follows_a_tree_another_engine_writes_to_
 async fn a_root_that_ends_or_waits_in_its_first_round_costs_one_transaction() {
     let dir = tempfile::tempdir().expect("temp dir");
     let store = SqliteStore::create(dir.path().join("store.db")).expect("creates");
+    first_rounds_cost_one_transaction(&store).await;
+    assert_eq!(store.caller_groups(), 0, "the writer thread committed");
+}
+
+/// The same where the engine's tasks commit their own writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_root_that_ends_or_waits_in_its_first_round_costs_one_transaction_on_its_task() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::create(dir.path().join("store.db")).expect("creates");
+    first_rounds_cost_one_transaction(&store).await;
+    assert!(store.caller_groups() > 0, "the engine's tasks committed");
+}
+
+async fn first_rounds_cost_one_transaction(store: &SqliteStore) {
     let echo = program(Kind::Echo, None);
     let ask = program(Kind::Ask, None);
     let engine = Arc::new(engine(Arc::new(store.clone()), &[&echo, &ask]));

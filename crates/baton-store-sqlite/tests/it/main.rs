@@ -3,6 +3,7 @@
 //! a file-backed store can show.
 #![allow(missing_docs)]
 
+mod commits;
 mod conformance;
 mod corruption;
 mod engine;

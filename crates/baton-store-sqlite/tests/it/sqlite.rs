@@ -997,3 +997,57 @@ async fn a_load_after_a_snapshot_skips_the_packed_records_it_covers() {
     assert_eq!(store.history(t).await.expect("reads").records, log);
     assert_eq!(store.records(t).await.expect("reads"), log);
 }
+
+/// Which writes the awaiting task commits itself (`CommitOn::Caller`, the
+/// default): an append that keeps its lease and a snapshot go to the
+/// writer thread (the engine goes on with its next round while they are
+/// written); an append that gives the lease up, the tree's last, is
+/// committed in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_that_keep_the_lease_and_snapshots_are_committed_by_the_writer_thread() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::create(dir.path().join("store.db")).expect("creates");
+
+    // Nothing else is being written: the caller commits in place.
+    let short = tree("short");
+    let token = lease(&store, short).await;
+    let in_place = store.caller_groups();
+    assert_eq!(in_place, 1, "the lease was granted in place");
+    let last = Append {
+        tree: short,
+        token,
+        records: vec![settled(short, 1, Digest::ZERO)],
+        meta: meta(short, TreeStatus::Done, 1),
+        release: true,
+    };
+    assert_eq!(
+        store.append(vec![last]).await,
+        Ok(vec![AppendOutcome::Committed])
+    );
+    assert_eq!(
+        store.caller_groups(),
+        in_place + 1,
+        "the append that ends the tree was committed in place"
+    );
+
+    let long = tree("long");
+    let token = lease(&store, long).await;
+    let in_place = store.caller_groups();
+    let first = step(long, 1, Digest::ZERO, "one");
+    let head = first.hash;
+    append_one(&store, long, token, first).await;
+    let snapshot = Snapshot {
+        seq: 1,
+        head,
+        state: Arc::from(&b"{}"[..]),
+    };
+    assert_eq!(
+        store.write_snapshot(long, token, snapshot).await,
+        Ok(AppendOutcome::Committed)
+    );
+    assert_eq!(
+        store.caller_groups(),
+        in_place,
+        "the writer thread wrote the append and the snapshot"
+    );
+}
