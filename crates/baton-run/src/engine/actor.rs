@@ -356,6 +356,16 @@ impl Actor {
         if !self.channels.commands.is_empty() || !self.channels.completions.is_empty() {
             return Some(self);
         }
+        // The engine was dropped while this task ran on another thread: its
+        // sleeping trees have been closed, or are being closed after this
+        // lock, so this one closes now rather than sleep with nobody left
+        // to close it (its handles would wait for ever). Its lease stays,
+        // as after a crash.
+        if self.engine.dropped() {
+            *door = Door::Closed;
+            self.owner.close(RuntimeError::Closed { tree: self.tree });
+            return None;
+        }
         *door = Door::Asleep(Box::new(Sleeper::new(
             self.state,
             self.engine.sleep,

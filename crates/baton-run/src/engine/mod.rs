@@ -252,6 +252,11 @@ pub(crate) struct EngineInner {
     events: broadcast::Sender<Event>,
     /// Set by [`Engine::shutdown`]: no new start and no take-up.
     closing: std::sync::atomic::AtomicBool,
+    /// Set when the engine is dropped, before its tasks are aborted and
+    /// its sleeping trees closed: a tree task still running on another
+    /// thread then closes its tree instead of leaving it asleep where no
+    /// one would close it (see `Actor::hibernate`).
+    dropped: std::sync::atomic::AtomicBool,
     /// How long a forwarded command waits for the holder.
     forward_timeout: Duration,
     /// Nudges for the inbox task, once it runs (see `inbox.rs`).
@@ -274,6 +279,10 @@ impl Drop for Engine {
 
 impl EngineInner {
     fn abort_all(&self) {
+        // First: a task that hibernates after this sees it under its door's
+        // lock, and one that hibernated before is closed below.
+        self.dropped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         if let Ok(mut tasks) = self.tasks.lock() {
             for task in tasks.drain(..) {
                 task.abort();
@@ -364,6 +373,11 @@ impl EngineInner {
         }
     }
 
+    /// Whether the engine was dropped (see `abort_all`).
+    fn dropped(&self) -> bool {
+        self.dropped.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Whether [`Engine::shutdown`] has begun.
     fn closing(&self) -> bool {
         self.closing.load(std::sync::atomic::Ordering::Acquire)
@@ -419,6 +433,7 @@ impl Engine {
                 tasks: Mutex::new(Vec::new()),
                 events,
                 closing: std::sync::atomic::AtomicBool::new(false),
+                dropped: std::sync::atomic::AtomicBool::new(false),
                 forward_timeout: config.forward_timeout,
                 inbox: Mutex::new(None),
             }),

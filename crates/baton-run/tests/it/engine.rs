@@ -159,3 +159,39 @@ async fn a_dropped_record_or_a_moved_listing_is_found_by_verify_and_refused_at_a
     let error = verifier.verify(&scope, tree).await.expect_err("detected");
     assert_eq!(corrupt_at(error), Some(1));
 }
+
+/// Dropping an engine while its trees' tasks are going to sleep on other
+/// threads: every handle learns the engine is gone. (A task that
+/// hibernated just after the drop had closed the sleeping trees used to
+/// leave its tree asleep with nobody to close it, and its handle waited
+/// for ever: about one drop in fifty on two threads, with one tree.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_an_engine_while_its_trees_fall_asleep_closes_every_handle() {
+    let program = program(Kind::Ask, None);
+    for round in 0..100 {
+        let engine = Arc::new(engine(Arc::new(MemoryStore::new()), &[&program]));
+        let mut starts = tokio::task::JoinSet::new();
+        for n in 0..20 {
+            let (engine, program) = (Arc::clone(&engine), program.clone());
+            starts.spawn(async move {
+                engine
+                    .start(&program, request(&format!("sleepy-{round}-{n}"), "q"))
+                    .await
+                    .expect("starts")
+            });
+        }
+        let handles = starts.join_all().await;
+        // Some trees are asleep, others are on their way to sleep.
+        drop(engine);
+        for handle in handles {
+            // A guard against a hang, far above the milliseconds it takes.
+            let result = tokio::time::timeout(Duration::from_secs(30), handle.await_result())
+                .await
+                .expect("the handle learns the engine is gone");
+            assert!(
+                matches!(result, Err(baton_run::RuntimeError::Closed { .. })),
+                "{result:?}"
+            );
+        }
+    }
+}
