@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 
-use baton::store::sqlite::PageSize;
+use baton::store::sqlite::{CommitOn, PageSize};
 
 use crate::store::StoreKind;
 use crate::workloads::state::STATE_STAGES;
@@ -16,7 +16,7 @@ use crate::workloads::{SMALL_RUNS, Workload};
 pub const USAGE: &str = "\
 usage: baton-bench [WORKLOAD...] [--store memory|sqlite|postgres[=URL]] [--json] [--runs N]
                    [--clients [N]] [--roots N] [--steps N] [--dispatches N] [--children N]
-                   [--resume N] [--idle N] [--page-size BYTES]
+                   [--resume N] [--idle N] [--page-size BYTES] [--commit-on caller|writer]
 
 workloads (all when none is named):
   chain3      wall time per root of a three-transform workflow (1000 roots per run);
@@ -54,6 +54,8 @@ options:
   --idle N        waiting roots per `idle` run (default 100000, as W6 asks)
   --page-size B   sqlite: the page size of each new store and of the commit floor's
                   database, 1024 to 65536 (default: a new store's, 4096)
+  --commit-on C   sqlite: who commits a lone write, `caller` (the awaiting task, the
+                  default) or `writer` (always the store's writer thread)
 
 figures beside the headline (JSON fields):
   commit_floor_us  sqlite, postgres: median latency of a one-row durable transaction on a
@@ -102,6 +104,8 @@ pub struct Options {
     /// The page size of new SQLite stores and of the commit floor's
     /// database.
     pub page_size: PageSize,
+    /// Who commits SQLite writes (`--commit-on`).
+    pub commit_on: CommitOn,
     /// Hidden: run one workload on the one store named in this process and
     /// print its samples.
     pub worker: Option<Workload>,
@@ -113,6 +117,14 @@ pub struct Options {
 }
 
 impl Options {
+    /// `--commit-on`'s word for [`Options::commit_on`].
+    pub fn commit_on_name(&self) -> &'static str {
+        match self.commit_on {
+            CommitOn::WriterThread => "writer",
+            CommitOn::Caller => "caller",
+        }
+    }
+
     /// Parses the arguments after the program name; a usage error carries
     /// the usage text.
     pub fn parse(args: &[String]) -> Result<Options> {
@@ -130,6 +142,7 @@ impl Options {
             idle: 100_000,
             postgres: crate::store::POSTGRES_DEFAULT.to_owned(),
             page_size: PageSize::default(),
+            commit_on: CommitOn::default(),
             worker: None,
             warm_up: false,
             resume_phase2: None,
@@ -183,6 +196,15 @@ impl Options {
                                 "`--page-size` needs a power of two from 1024 to 65536, got `{given}`\n\n{USAGE}"
                             )
                         })?;
+                }
+                "--commit-on" => {
+                    options.commit_on = match value(arg, "who commits")?.as_str() {
+                        "caller" => CommitOn::Caller,
+                        "writer" => CommitOn::WriterThread,
+                        other => bail!(
+                            "`--commit-on` takes `caller` or `writer`, got `{other}`\n\n{USAGE}"
+                        ),
+                    };
                 }
                 "--store" => {
                     for name in value(arg, "a store")?.split(',') {
@@ -370,6 +392,19 @@ mod tests {
                 options.size(Workload::Chain3)
             ),
             ("us/run", 1000)
+        );
+    }
+
+    #[test]
+    fn commit_on_takes_caller_or_writer() {
+        assert_eq!(parse(&[]).unwrap().commit_on, CommitOn::Caller);
+        let writer = parse(&["chain3", "--commit-on", "writer"]).unwrap();
+        assert_eq!(writer.commit_on, CommitOn::WriterThread);
+        assert_eq!(writer.commit_on_name(), "writer");
+        let error = parse(&["--commit-on", "thread"]).unwrap_err().to_string();
+        assert!(
+            error.contains("`--commit-on` takes `caller` or `writer`, got `thread`"),
+            "{error}"
         );
     }
 

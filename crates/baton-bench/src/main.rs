@@ -189,6 +189,7 @@ async fn main() -> ExitCode {
         Ok(options) => {
             crate::store::set_postgres_server(&options.postgres);
             crate::store::set_sqlite_page_size(options.page_size);
+            crate::store::set_sqlite_commit_on(options.commit_on);
             match (options.resume_phase2.clone(), options.worker) {
                 (Some(path), _) => {
                     hosted(async move { resume_phase2_main(&path, options.resume).await }).await

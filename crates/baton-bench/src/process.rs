@@ -85,7 +85,8 @@ fn spawn_worker(
         .args(["--children", &options.children.to_string()])
         .args(["--resume", &options.resume.to_string()])
         .args(["--idle", &options.idle.to_string()])
-        .args(["--page-size", &options.page_size.bytes().to_string()]);
+        .args(["--page-size", &options.page_size.bytes().to_string()])
+        .args(["--commit-on", options.commit_on_name()]);
     if let Some(clients) = options.clients {
         command.args(["--clients", &clients.to_string()]);
     }

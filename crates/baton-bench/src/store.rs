@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use baton::run::store::{ListFilter, Store};
 use baton::run::{EngineConfig, MemoryStore, Program};
 use baton::store::postgres::{PostgresConfig, PostgresStore, admin};
-use baton::store::sqlite::{Creation, PageSize, SqliteConfig, SqliteStore};
+use baton::store::sqlite::{CommitOn, Creation, PageSize, SqliteConfig, SqliteStore};
 
 /// A store the workloads run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +47,18 @@ pub fn set_sqlite_page_size(size: PageSize) {
 /// `--page-size`, or a new store's default.
 pub fn sqlite_page_size() -> PageSize {
     SQLITE_PAGE_SIZE.get().copied().unwrap_or_default()
+}
+
+static SQLITE_COMMIT_ON: OnceLock<CommitOn> = OnceLock::new();
+
+/// Sets who commits new SQLite stores' writes (once, from the command line).
+pub fn set_sqlite_commit_on(commit_on: CommitOn) {
+    let _ = SQLITE_COMMIT_ON.set(commit_on);
+}
+
+/// Who commits new SQLite stores' writes: `--commit-on`, or the default.
+pub fn sqlite_commit_on() -> CommitOn {
+    SQLITE_COMMIT_ON.get().copied().unwrap_or_default()
 }
 
 /// The server `postgres` runs on: a database there that the bench may
@@ -228,6 +240,7 @@ impl BenchStore {
                     SqliteConfig {
                         creation: Creation::New,
                         page_size: sqlite_page_size(),
+                        commit_on: sqlite_commit_on(),
                         ..SqliteConfig::default()
                     },
                 )?;

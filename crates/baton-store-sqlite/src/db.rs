@@ -647,6 +647,14 @@ pub(crate) struct NewTree {
 }
 
 impl NewTree {
+    /// Whether this first commit holds a whole short run: the tree ended
+    /// in it (the lease given up) or waits after its first round (records
+    /// beyond the start). A root that acts in its first round is created
+    /// with its start alone and goes on writing.
+    pub(crate) fn short_run(&self) -> bool {
+        !self.create.hold || self.create.records.len() > 1
+    }
+
     /// Checks `create` and packs the records of a tree it ends into at
     /// most `pack_max` bytes.
     pub(crate) fn new(create: CreateTree, pack_max: usize) -> Result<NewTree, StoreError> {

@@ -26,13 +26,12 @@
 //!   concurrently, the more commits share an fsync. If a group fails, its
 //!   operations are retried one per transaction, so one bad operation
 //!   cannot fail its neighbours.
-//! - **Who commits** ([`CommitOn`]). A write that nothing else is
-//!   waiting with is committed by the task awaiting it, on its own thread
-//!   (`tokio::task::block_in_place`, on a multi-thread runtime): a lone
-//!   short run costs its commit and no hand-off between threads. A writer
-//!   thread serves the rest: writes queued behind others, the appends and
-//!   snapshots the engine overlaps with its next round, writes awaited
-//!   outside a multi-thread runtime, and everything with
+//! - **Who commits** ([`CommitOn`]). A short run's one commit (a new
+//!   tree that ended or waits after its first round) is committed by the
+//!   task awaiting it, on its own thread (`tokio::task::block_in_place`,
+//!   on a multi-thread runtime), when nothing else is queued or being
+//!   committed: it costs its commit and no hand-off between threads. The
+//!   writer thread commits everything else, and everything with
 //!   [`CommitOn::WriterThread`].
 //! - **Reads** (`load`, `list`, [`SqliteStore::records`]) run on a second
 //!   thread with its own connection, each in a read transaction, so they
@@ -199,23 +198,23 @@ impl Default for SqliteConfig {
 /// so how long a lone write waits for its answer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CommitOn {
-    /// A write that nobody else is committing or waiting with is committed
-    /// by the task that awaits it, on its own thread (with
-    /// `tokio::task::block_in_place`, which hands its worker's other tasks
-    /// to another thread meanwhile); it then commits whatever was queued
-    /// behind it, up to two groups, and leaves the rest to the writer
-    /// thread. A lone write costs its commit and no hand-off between
-    /// threads (in the benchmark a short run's time over the disk's
-    /// commit floor was mostly the two hand-offs: to the writer thread and
-    /// back). The writer thread commits the rest:
-    /// - writes queued behind others (under load the writer thread's
-    ///   group serves them all);
-    /// - an append that keeps its tree's lease and a snapshot, which the
-    ///   engine writes while it works out its next round;
-    /// - writes awaited outside a multi-thread tokio runtime (a
-    ///   current-thread runtime, another executor), where blocking in
-    ///   place is not allowed, and writes whose future is dropped
-    ///   unawaited.
+    /// A short run's one commit (a new tree that ended, or waits, after its
+    /// first round: `Store::create_tree` with more than the start record,
+    /// or giving the lease up) is committed by the task that awaits it, on
+    /// its own thread (with `tokio::task::block_in_place`, which hands its
+    /// worker's other tasks to another thread meanwhile), when nothing
+    /// else is queued or being committed; it then commits whatever was
+    /// queued behind it, up to two groups, and leaves the rest to the
+    /// writer thread. Such a run costs its commit and no hand-off between
+    /// threads: in the benchmark, a short run's time over the disk's
+    /// commit floor was mostly the two hand-offs, to the writer thread and
+    /// back. The writer thread commits everything else: a short run's
+    /// commit queued behind other writes (under load the writer's group
+    /// serves them all), every write of a tree that goes on (the engine
+    /// works out its next round while they are written), leases, inbox
+    /// writes, writes awaited outside a multi-thread tokio runtime (a
+    /// current-thread runtime, another executor, where blocking in place
+    /// is not allowed) and writes whose future is dropped unawaited.
     #[default]
     Caller,
     /// Always the store's writer thread: the awaiting task is woken when

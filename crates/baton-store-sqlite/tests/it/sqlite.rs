@@ -18,7 +18,7 @@ use baton_store_sqlite::{
 };
 use baton_testkit::noise;
 
-fn tree(key: &str) -> TreeId {
+pub(super) fn tree(key: &str) -> TreeId {
     ProcessId::root(&StartId::new("acme", key).expect("valid"))
 }
 
@@ -39,7 +39,7 @@ async fn lease(store: &SqliteStore, tree: TreeId) -> u64 {
     }
 }
 
-fn meta(tree: TreeId, status: TreeStatus, updated: u64) -> TreeMeta {
+pub(super) fn meta(tree: TreeId, status: TreeStatus, updated: u64) -> TreeMeta {
     TreeMeta::new(
         tree,
         Scope::new("acme").expect("valid"),
@@ -65,7 +65,7 @@ async fn append_one(store: &SqliteStore, t: TreeId, token: u64, record: Record) 
 }
 
 /// A step record carrying `state` as the process's execution state.
-fn step(tree: TreeId, seq: u64, prev: Digest, state: &str) -> Record {
+pub(super) fn step(tree: TreeId, seq: u64, prev: Digest, state: &str) -> Record {
     let body = RecordBody::StepAdopted {
         process: tree,
         step: seq,
@@ -999,45 +999,63 @@ async fn a_load_after_a_snapshot_skips_the_packed_records_it_covers() {
 }
 
 /// Which writes the awaiting task commits itself (`CommitOn::Caller`, the
-/// default): an append that keeps its lease and a snapshot go to the
-/// writer thread (the engine goes on with its next round while they are
-/// written); an append that gives the lease up, the tree's last, is
-/// committed in place.
+/// default): a new tree's first commit that holds a whole short run (it
+/// ended the tree, or the tree waits after it); nothing else, not a lease,
+/// a start alone, an append (last or not) or a snapshot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn appends_that_keep_the_lease_and_snapshots_are_committed_by_the_writer_thread() {
+async fn only_a_short_runs_first_commit_is_committed_by_the_awaiting_task() {
     let dir = tempfile::tempdir().expect("temp dir");
     let store = SqliteStore::create(dir.path().join("store.db")).expect("creates");
-
-    // Nothing else is being written: the caller commits in place.
-    let short = tree("short");
-    let token = lease(&store, short).await;
-    let in_place = store.caller_groups();
-    assert_eq!(in_place, 1, "the lease was granted in place");
-    let last = Append {
-        tree: short,
-        token,
-        records: vec![settled(short, 1, Digest::ZERO)],
-        meta: meta(short, TreeStatus::Done, 1),
-        release: true,
+    let create = |t: TreeId, records: Vec<Record>, status: TreeStatus, hold: bool| CreateTree {
+        tree: t,
+        owner: "host".into(),
+        now: Timestamp(0),
+        ttl: Duration::from_secs(60),
+        meta: meta(t, status, records.len() as u64),
+        records,
+        hold,
     };
-    assert_eq!(
-        store.append(vec![last]).await,
-        Ok(vec![AppendOutcome::Committed])
-    );
-    assert_eq!(
-        store.caller_groups(),
-        in_place + 1,
-        "the append that ends the tree was committed in place"
-    );
 
+    // Nothing else is being written: the caller commits a short run.
+    let ended = tree("ended");
+    let first = step(ended, 1, Digest::ZERO, "start");
+    let second = step(ended, 2, first.hash, "end");
+    let created = store
+        .create_tree(create(ended, vec![first, second], TreeStatus::Done, false))
+        .await;
+    assert!(matches!(created, Ok(Created::Committed(_))), "{created:?}");
+    assert_eq!(store.caller_groups(), 1, "a run that ended, in place");
+    let waits = tree("waits");
+    let first = step(waits, 1, Digest::ZERO, "start");
+    let second = step(waits, 2, first.hash, "asks");
+    let created = store
+        .create_tree(create(
+            waits,
+            vec![first, second],
+            TreeStatus::Waiting,
+            true,
+        ))
+        .await;
+    assert!(matches!(created, Ok(Created::Committed(_))), "{created:?}");
+    assert_eq!(store.caller_groups(), 2, "a run that waits, in place");
+
+    // A root that acts is created with its start alone and goes on: its
+    // commits, like a lease's, are the writer thread's.
     let long = tree("long");
-    let token = lease(&store, long).await;
-    let in_place = store.caller_groups();
-    let first = step(long, 1, Digest::ZERO, "one");
-    let head = first.hash;
-    append_one(&store, long, token, first).await;
+    let start = step(long, 1, Digest::ZERO, "start");
+    let head = start.hash;
+    let created = store
+        .create_tree(create(long, vec![start], TreeStatus::Running, true))
+        .await;
+    let token = match created {
+        Ok(Created::Committed(lease)) => lease.token,
+        other => panic!("{other:?}"),
+    };
+    let next = step(long, 2, head, "two");
+    let head = next.hash;
+    append_one(&store, long, token, next).await;
     let snapshot = Snapshot {
-        seq: 1,
+        seq: 2,
         head,
         state: Arc::from(&b"{}"[..]),
     };
@@ -1045,9 +1063,21 @@ async fn appends_that_keep_the_lease_and_snapshots_are_committed_by_the_writer_t
         store.write_snapshot(long, token, snapshot).await,
         Ok(AppendOutcome::Committed)
     );
+    let last = Append {
+        tree: long,
+        token,
+        records: vec![settled(long, 3, head)],
+        meta: meta(long, TreeStatus::Done, 3),
+        release: true,
+    };
+    assert_eq!(
+        store.append(vec![last]).await,
+        Ok(vec![AppendOutcome::Committed])
+    );
+    lease(&store, tree("leased")).await;
     assert_eq!(
         store.caller_groups(),
-        in_place,
-        "the writer thread wrote the append and the snapshot"
+        2,
+        "the writer thread wrote the start alone, the appends, the snapshot and the lease"
     );
 }
