@@ -54,8 +54,9 @@ options:
   --idle N        waiting roots per `idle` run (default 100000, as W6 asks)
   --page-size B   sqlite: the page size of each new store and of the commit floor's
                   database, 1024 to 65536 (default: a new store's, 4096)
-  --commit-on C   sqlite: who commits a lone write, `caller` (the awaiting task, the
-                  default) or `writer` (always the store's writer thread)
+  --commit-on C   sqlite: who commits a short run's one commit, `caller` (the task
+                  awaiting it, the default) or `writer` (the store's writer thread,
+                  as it commits every other write)
 
 figures beside the headline (JSON fields):
   commit_floor_us  sqlite, postgres: median latency of a one-row durable transaction on a

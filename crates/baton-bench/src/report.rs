@@ -62,6 +62,10 @@ pub struct Line {
     /// `--page-size`, 4096 by default).
     #[serde(skip_serializing_if = "Option::is_none")]
     page_size: Option<u32>,
+    /// Who committed the run's short runs (SQLite only: `--commit-on`,
+    /// `caller` by default, or `writer`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    commit_on: Option<&'static str>,
     /// Median store bytes per extra stage (`state-*` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     marginal_bytes: Option<f64>,
@@ -156,6 +160,7 @@ impl Line {
             bytes_written: median_of(&samples, |s| Some(s.bytes_written)).unwrap_or(f64::NAN),
             io_bytes: median_of(&samples, |s| s.io_bytes),
             page_size: (store == StoreKind::Sqlite).then(|| options.page_size.bytes()),
+            commit_on: (store == StoreKind::Sqlite).then(|| options.commit_on_name()),
             marginal_bytes: median_of(&samples, |s| s.marginal_bytes),
             total_seconds: median_of(&samples, |s| s.total_seconds),
             cpu_median: median_of(&samples, |s| s.cpu),
@@ -270,6 +275,9 @@ pub fn table(results: &[Line]) -> String {
         if let Some(page) = line.page_size {
             notes.push(format!("{page} B pages"));
         }
+        if line.commit_on == Some("writer") {
+            notes.push("commits on the writer thread".to_owned());
+        }
         if let Some(marginal) = line.marginal_bytes {
             notes.push(format!("marginal {marginal} B/{per}"));
         }
@@ -371,6 +379,27 @@ mod tests {
         assert!(memory.get("page_size").is_none(), "{memory}");
         let table = table(&[line(StoreKind::Sqlite)]);
         assert!(table.contains("1024 B pages"), "{table}");
+        assert_eq!(sqlite["commit_on"], "caller");
+        assert!(memory.get("commit_on").is_none(), "{memory}");
+        let args: Vec<String> = ["chain3", "--commit-on", "writer"]
+            .map(String::from)
+            .to_vec();
+        let options = Options::parse(&args).unwrap();
+        let writer = Line::summarize(
+            Workload::Chain3,
+            StoreKind::Sqlite,
+            &options,
+            vec![report()],
+        );
+        assert_eq!(
+            serde_json::to_value(&writer).unwrap()["commit_on"],
+            "writer"
+        );
+        let writer_table = super::table(&[writer]);
+        assert!(
+            writer_table.contains("commits on the writer thread"),
+            "{writer_table}"
+        );
     }
 
     #[test]
