@@ -162,8 +162,9 @@ pub struct SqliteConfig {
     pub compact: bool,
     /// The most operations one group commit applies.
     pub max_batch: usize,
-    /// Which thread commits a write: the task awaiting it (by default), or
-    /// always the store's writer thread.
+    /// Which thread commits a short run's one commit: the task awaiting it
+    /// (by default), or the store's writer thread, which commits every
+    /// other write either way.
     pub commit_on: CommitOn,
     /// How long a statement waits for a lock held by another process before
     /// it fails.
@@ -176,8 +177,8 @@ pub struct SqliteConfig {
 
 impl Default for SqliteConfig {
     /// An existing store only, compaction on, up to 4096 operations per
-    /// group commit committed by the task that awaits them, 5 s busy
-    /// timeout, 4 KiB pages for a new store.
+    /// group commit, a short run's one commit committed by the task that
+    /// awaits it, 5 s busy timeout, 4 KiB pages for a new store.
     fn default() -> SqliteConfig {
         SqliteConfig {
             creation: Creation::Existing,
@@ -194,8 +195,8 @@ impl Default for SqliteConfig {
 ///
 /// Writes are queued in call order and committed in groups, one
 /// transaction and one fsync for everything queued, on the store's one
-/// writer connection; what differs is whose thread runs the commit, and
-/// so how long a lone write waits for its answer.
+/// writer connection; what differs is whose thread runs a short run's
+/// commit, and so how long the run waits for its answer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CommitOn {
     /// A short run's one commit (a new tree that ended, or waits, after its
