@@ -64,6 +64,9 @@ figures beside the headline (JSON fields):
                    the workload's process just before its measured runs
   floor_ratio      chain3, fanout5: the median per-run time over commit_floor_us (with
                    --clients: p50_us over it)
+  paced_commit_us  chain3, fanout5 (one host) on sqlite, postgres: mean latency of the
+                   same one-row transaction, each begun after pace_us of CPU work (the
+                   median CPU time per run), measured after the measured runs
   state_floor_ms   state-*: median time of one canonical encode plus one blake3 hash of the
                    carried state; state_target_ms = state_floor_ms + 1.3 x commit_floor_us
   inspect_ms       team1000: median ms to read the finished tree back from its store (load

@@ -4,6 +4,13 @@
 //! - the commit floor of a durable store: the median latency of a one-row
 //!   durable transaction with the store's durability settings, on a
 //!   database of the bench's own beside the store's ([`commit_floor_us`]);
+//! - the paced commit of `chain3` and `fanout5`: the mean latency of the
+//!   same transactions, each begun after the CPU time the workload spends
+//!   per run, spent spinning ([`paced_commit_us`]). A virtual disk may
+//!   answer a flush that follows another at once much sooner than one
+//!   that follows some work, and a run always works between its commits;
+//!   the mean, not the median, since a run's time per root is a mean and
+//!   such disks' slow flushes come in a tail;
 //! - the state floor of a `state-*` workload: the median time of one
 //!   canonical encode plus one blake3 hash of a state of that size, with
 //!   the kernel's own encoder and digest ([`state_floor_ms`]).
@@ -16,8 +23,9 @@ use baton::run::program::ExecutionState;
 use rusqlite::{Connection, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 
+use crate::measure::Sample;
 use crate::probe::now;
-use crate::report::median;
+use crate::report::{median, sorted};
 use crate::store::{Database, StoreKind, TempDir};
 use crate::workloads::Workload;
 use crate::workloads::state::carried_state;
@@ -44,6 +52,14 @@ pub struct Floors {
     /// Median µs of a one-row durable transaction (durable stores only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit_floor_us: Option<f64>,
+    /// Mean µs of the same transaction begun after [`Floors::pace_us`] of
+    /// spinning (`chain3` and `fanout5` on durable stores, one host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paced_commit_us: Option<f64>,
+    /// The CPU µs spun before each paced transaction: the median CPU time
+    /// per run of the workload's measured runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pace_us: Option<f64>,
     /// Median ms of one canonical encode plus one hash of the carried
     /// state (`state-*` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -57,7 +73,23 @@ impl Floors {
         Ok(Floors {
             commit_floor_us: commit_floor_us(kind).await?,
             state_floor_ms,
+            ..Floors::default()
         })
+    }
+
+    /// Measures the paced commit on `kind`, paced by the median CPU time
+    /// per run of `samples` (nothing when the store is not durable or no
+    /// run read any CPU time).
+    pub async fn pace(&mut self, kind: StoreKind, samples: &[Sample]) -> Result<()> {
+        let cpu = sorted(samples.iter().filter_map(|sample| sample.cpu));
+        if kind == StoreKind::Memory || cpu.is_empty() {
+            return Ok(());
+        }
+        let pace_us = median(&cpu);
+        self.paced_commit_us =
+            paced_commit_us(kind, Duration::from_secs_f64(pace_us / 1e6)).await?;
+        self.pace_us = Some(pace_us);
+        Ok(())
     }
 }
 
@@ -72,16 +104,46 @@ impl Floors {
 ///   server's `fsync` and `synchronous_commit`); each commit is one
 ///   prepared `INSERT` in its own transaction, one round trip.
 pub async fn commit_floor_us(kind: StoreKind) -> Result<Option<f64>> {
-    let commits = match kind {
-        StoreKind::Memory => return Ok(None),
-        StoreKind::Sqlite => tokio::task::spawn_blocking(sqlite_commits).await??,
-        StoreKind::Postgres => postgres_commits().await?,
-    };
-    Ok(Some(median_of(commits, 1e6)))
+    Ok(commits(kind, Duration::ZERO)
+        .await?
+        .map(|times| median_of(times, 1e6)))
 }
 
-/// Times one-row commits on a SQLite file of the bench's own.
-fn sqlite_commits() -> Result<Vec<Duration>> {
+/// The latencies of [`COMMITS`] one-row transactions on `kind` (`None` for
+/// the memory store), each begun after `pace` of spinning on the CPU (the
+/// thread stays busy, as a host that works out its next commit does; the
+/// spin is not timed).
+async fn commits(kind: StoreKind, pace: Duration) -> Result<Option<Vec<Duration>>> {
+    Ok(Some(match kind {
+        StoreKind::Memory => return Ok(None),
+        StoreKind::Sqlite => tokio::task::spawn_blocking(move || sqlite_commits(pace)).await??,
+        StoreKind::Postgres => postgres_commits(pace).await?,
+    }))
+}
+
+/// The mean latency in µs of [`commit_floor_us`]'s transactions on `kind`,
+/// each begun after `pace` of spinning (`None` for the memory store).
+pub async fn paced_commit_us(kind: StoreKind, pace: Duration) -> Result<Option<f64>> {
+    Ok(commits(kind, pace).await?.map(|times| {
+        let sum: f64 = times.iter().map(Duration::as_secs_f64).sum();
+        sum / times.len() as f64 * 1e6
+    }))
+}
+
+/// Keeps the thread busy for `pace`.
+fn spin(pace: Duration) {
+    if pace.is_zero() {
+        return;
+    }
+    let start = now();
+    while now().duration_since(start) < pace {
+        std::hint::spin_loop();
+    }
+}
+
+/// Times one-row commits on a SQLite file of the bench's own, each after
+/// `pace` of spinning.
+fn sqlite_commits(pace: Duration) -> Result<Vec<Duration>> {
     let dir = TempDir::new()?;
     let path = dir.file("floor.db");
     let failed = || format!("the commit floor on {}", path.display());
@@ -104,6 +166,7 @@ fn sqlite_commits() -> Result<Vec<Duration>> {
         .with_context(failed)?;
     let mut times = Vec::with_capacity(COMMITS);
     for commit in 0..COMMIT_WARM_UP + COMMITS {
+        spin(pace);
         let t0 = now();
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -121,8 +184,9 @@ fn sqlite_commits() -> Result<Vec<Duration>> {
     Ok(times)
 }
 
-/// Times one-row commits in a PostgreSQL database of the bench's own.
-async fn postgres_commits() -> Result<Vec<Duration>> {
+/// Times one-row commits in a PostgreSQL database of the bench's own, each
+/// after `pace` of spinning.
+async fn postgres_commits(pace: Duration) -> Result<Vec<Duration>> {
     let database = Database::new()?;
     let failed = || "the commit floor on PostgreSQL".to_owned();
     let (client, connection) = tokio_postgres::connect(database.url(), tokio_postgres::NoTls)
@@ -139,6 +203,7 @@ async fn postgres_commits() -> Result<Vec<Duration>> {
         .with_context(failed)?;
     let mut times = Vec::with_capacity(COMMITS);
     for commit in 0..COMMIT_WARM_UP + COMMITS {
+        spin(pace);
         let t0 = now();
         client
             .execute(&insert, &[&&ROW[..]])
@@ -206,5 +271,43 @@ mod tests {
             .unwrap();
         assert_eq!(floors.state_floor_ms, None, "chain3 carries no large state");
         assert!(floors.commit_floor_us.is_some_and(|us| us > 0.0));
+        assert_eq!(floors.paced_commit_us, None, "paced only after the runs");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_paced_commit_spins_its_pace_before_each_commit_but_times_only_the_commit() {
+        let pace = Duration::from_micros(400);
+        let start = now();
+        spin(pace);
+        assert!(now().duration_since(start) >= pace);
+        let sample = |cpu| Sample {
+            figure: 1.0,
+            cpu,
+            ..Sample::default()
+        };
+        let mut floors = Floors::default();
+        let start = now();
+        floors
+            .pace(
+                StoreKind::Sqlite,
+                &[sample(Some(300.0)), sample(Some(100.0)), sample(None)],
+            )
+            .await
+            .unwrap();
+        let took = now().duration_since(start);
+        assert_eq!(floors.pace_us, Some(200.0), "the median of the runs' CPU");
+        assert!(
+            floors.paced_commit_us.is_some_and(|us| us > 0.0),
+            "{floors:?}"
+        );
+        let paces = Duration::from_micros(200) * (COMMIT_WARM_UP + COMMITS) as u32;
+        assert!(took >= paces, "{took:?}: each commit follows its pace");
+        let mut none = Floors::default();
+        none.pace(StoreKind::Memory, &[sample(Some(300.0))])
+            .await
+            .unwrap();
+        assert_eq!(none, Floors::default(), "no commit floor in memory");
+        none.pace(StoreKind::Sqlite, &[sample(None)]).await.unwrap();
+        assert_eq!(none, Floors::default(), "no pace without CPU time");
     }
 }

@@ -142,7 +142,9 @@ pub async fn worker(workload: Workload, options: &Options) -> Result<()> {
 /// Runs one workload in this process: the warm-up run if asked for, the
 /// floors, then the measured runs, whose samples it returns with the
 /// floors. `idle` measures its floors after its run instead, so that
-/// memory the floors freed does not hide the run's growth.
+/// memory the floors freed does not hide the run's growth; `chain3` and
+/// `fanout5` (one host) measure their paced commit floor after their runs,
+/// paced by the CPU time the runs took.
 pub async fn worker_runs(workload: Workload, options: &Options) -> Result<(Vec<Sample>, Floors)> {
     let [store] = options.stores[..] else {
         bail!("a worker runs on exactly one store");
@@ -163,6 +165,11 @@ pub async fn worker_runs(workload: Workload, options: &Options) -> Result<(Vec<S
     }
     if floors_after {
         floors = Floors::measure(workload, store).await?;
+    }
+    if matches!(workload, Workload::Chain3 | Workload::Fanout5)
+        && options.clients_of(workload).is_none()
+    {
+        floors.pace(store, &samples).await?;
     }
     Ok((samples, floors))
 }

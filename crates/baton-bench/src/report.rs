@@ -105,6 +105,14 @@ pub struct Line {
     /// `chain3` and `fanout5`, `p50_us` for `chain3 --clients`.
     #[serde(skip_serializing_if = "Option::is_none")]
     floor_ratio: Option<f64>,
+    /// Mean µs of the commit floor's transaction begun after `pace_us` of
+    /// CPU work (`chain3` and `fanout5` on durable stores, one host).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    paced_commit_us: Option<f64>,
+    /// The CPU µs spun before each paced transaction: the median CPU time
+    /// per run of the workload's measured runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pace_us: Option<f64>,
     /// Median ms of one canonical encode and one hash of the carried state,
     /// measured in the workload's process (`state-*` only).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -139,6 +147,8 @@ impl Line {
         let median_figure = median(&figures);
         let commit_floor_us = median_where(floors.iter().filter_map(|f| f.commit_floor_us));
         let state_floor_ms = median_where(floors.iter().filter_map(|f| f.state_floor_ms));
+        let paced_commit_us = median_where(floors.iter().filter_map(|f| f.paced_commit_us));
+        let pace_us = median_where(floors.iter().filter_map(|f| f.pace_us));
         let p50_us = median_of(&samples, |s| s.p50_us);
         let clients = options.clients_of(workload);
         // The per-run latency that the commit floor bounds.
@@ -174,6 +184,8 @@ impl Line {
             floor_ratio: per_run_us
                 .zip(commit_floor_us)
                 .map(|(us, floor)| round(us / floor)),
+            paced_commit_us: paced_commit_us.map(round),
+            pace_us: pace_us.map(round),
             state_floor_ms: state_floor_ms.map(round_fine),
             state_target_ms: state_floor_ms
                 .zip(commit_floor_us)
@@ -215,7 +227,7 @@ pub fn nearest_rank(sorted: &[f64], percent: usize) -> f64 {
     sorted[rank - 1]
 }
 
-fn sorted(values: impl Iterator<Item = f64>) -> Vec<f64> {
+pub fn sorted(values: impl Iterator<Item = f64>) -> Vec<f64> {
     let mut values: Vec<f64> = values.collect();
     values.sort_by(f64::total_cmp);
     values
@@ -295,6 +307,11 @@ pub fn table(results: &[Line]) -> String {
         }
         if let (Some(p50), Some(p99)) = (line.p50_us, line.p99_us) {
             notes.push(format!("p50 {p50} us, p99 {p99} us"));
+        }
+        if let (Some(paced), Some(pace)) = (line.paced_commit_us, line.pace_us) {
+            notes.push(format!(
+                "a bare commit after {pace} us of CPU: {paced} us (mean)"
+            ));
         }
         if let Some(floor) = line.state_floor_ms {
             notes.push(format!("state floor {floor} ms"));

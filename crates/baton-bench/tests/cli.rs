@@ -96,6 +96,13 @@ fn durable_lines_carry_their_floors_and_state_lines_their_state_floor() {
         assert_eq!(positive(line, "commit_floor_us"), durable, "{line}");
         assert_eq!(positive(line, "floor_ratio"), durable && !state, "{line}");
         assert_eq!(positive(line, "state_floor_ms"), state, "{line}");
+        // Paced by the runs' CPU time, so present where that was read.
+        let paced = durable && !state && positive(line, "cpu_median");
+        assert_eq!(positive(line, "paced_commit_us"), paced, "{line}");
+        assert_eq!(positive(line, "pace_us"), paced, "{line}");
+        if paced {
+            assert_eq!(line["pace_us"], line["cpu_median"], "{line}");
+        }
         assert_eq!(
             positive(line, "state_target_ms"),
             state && durable,
