@@ -308,14 +308,7 @@ const ESCAPE: u8 = 3;
 /// more that starts in a window of 32 bytes covers the window's last
 /// byte, so a window whose last byte is no digit holds the start of none.
 fn shrink(text: &[u8], out: &mut Vec<u8>) {
-    let is_hex = |byte: u8| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte);
-    let nibble = |digit: u8| {
-        if digit <= b'9' {
-            digit - b'0'
-        } else {
-            digit - b'a' + 10
-        }
-    };
+    let is_hex = |byte: u8| HEX_VALUES[usize::from(byte)] != NOT_HEX;
     // `text[..copied]` is in `out`; no run of 32 digits or more starts
     // in `text[copied..window]`, and none reaches back before `window`.
     let mut copied = 0;
@@ -344,17 +337,37 @@ fn shrink(text: &[u8], out: &mut Vec<u8>) {
         if let Some(marker) = marker {
             escaped(&text[copied..start], out);
             out.push(marker);
-            out.extend(
-                text[start..end]
-                    .chunks_exact(2)
-                    .map(|pair| nibble(pair[0]) << 4 | nibble(pair[1])),
-            );
+            let mut bytes = [0u8; 32];
+            for (byte, pair) in bytes.iter_mut().zip(text[start..end].chunks_exact(2)) {
+                *byte = HEX_VALUES[usize::from(pair[0])] << 4 | HEX_VALUES[usize::from(pair[1])];
+            }
+            out.extend_from_slice(&bytes[..(end - start) / 2]);
             copied = end;
         }
         window = end;
     }
     escaped(&text[copied..], out);
 }
+
+/// In [`HEX_VALUES`]: the byte is no lowercase hex digit.
+const NOT_HEX: u8 = 0xff;
+
+/// Each byte's value as a lowercase hex digit, or [`NOT_HEX`]: one load
+/// where [`shrink`] asks whether a byte is a digit and what it stands for.
+const HEX_VALUES: [u8; 256] = {
+    let mut table = [NOT_HEX; 256];
+    let mut value = 0;
+    while value < 16 {
+        let digit = if value < 10 {
+            b'0' + value
+        } else {
+            b'a' + value - 10
+        };
+        table[digit as usize] = value;
+        value += 1;
+    }
+    table
+};
 
 /// Appends `text` to `out`, each marker byte escaped.
 fn escaped(text: &[u8], out: &mut Vec<u8>) {
