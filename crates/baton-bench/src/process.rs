@@ -143,7 +143,7 @@ pub async fn worker(workload: Workload, options: &Options) -> Result<()> {
 /// floors, then the measured runs, whose samples it returns with the
 /// floors. `idle` measures its floors after its run instead, so that
 /// memory the floors freed does not hide the run's growth; `chain3` and
-/// `fanout5` (one host) measure their paced commit floor after their runs,
+/// `fanout5` (one host) measure their paced commit after their runs,
 /// paced by the CPU time the runs took.
 pub async fn worker_runs(workload: Workload, options: &Options) -> Result<(Vec<Sample>, Floors)> {
     let [store] = options.stores[..] else {
