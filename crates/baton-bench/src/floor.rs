@@ -82,13 +82,13 @@ impl Floors {
     /// run read any CPU time).
     pub async fn pace(&mut self, kind: StoreKind, samples: &[Sample]) -> Result<()> {
         let cpu = sorted(samples.iter().filter_map(|sample| sample.cpu));
-        if kind == StoreKind::Memory || cpu.is_empty() {
+        if cpu.is_empty() {
             return Ok(());
         }
         let pace_us = median(&cpu);
         self.paced_commit_us =
             paced_commit_us(kind, Duration::from_secs_f64(pace_us / 1e6)).await?;
-        self.pace_us = Some(pace_us);
+        self.pace_us = self.paced_commit_us.map(|_| pace_us);
         Ok(())
     }
 }
@@ -123,7 +123,7 @@ async fn commits(kind: StoreKind, pace: Duration) -> Result<Option<Vec<Duration>
 
 /// The mean latency in µs of [`commit_floor_us`]'s transactions on `kind`,
 /// each begun after `pace` of spinning (`None` for the memory store).
-pub async fn paced_commit_us(kind: StoreKind, pace: Duration) -> Result<Option<f64>> {
+async fn paced_commit_us(kind: StoreKind, pace: Duration) -> Result<Option<f64>> {
     Ok(commits(kind, pace).await?.map(|times| {
         let sum: f64 = times.iter().map(Duration::as_secs_f64).sum();
         sum / times.len() as f64 * 1e6
