@@ -338,7 +338,13 @@ impl RecordBody {
 
 /// One log record: `{seq, prev, kind, body}` and `hash = H(prev ‖ seq ‖ body)`.
 /// The body bytes are kept exactly as hashed.
-#[derive(Clone, PartialEq, Eq)]
+///
+/// A record sealed in this process ([`Record::seal`], [`Record::from_parts`])
+/// remembers what it computed its hash from, so that [`is_chain`] can take
+/// its hash at its word for as long as its fields are unchanged; a record
+/// read back with a stored hash ([`Record::stored`]) has no such memory.
+/// Equality compares the five fields only.
+#[derive(Clone)]
 pub struct Record {
     /// Position in the log, from 1.
     pub seq: u64,
@@ -350,6 +356,20 @@ pub struct Record {
     pub kind: RecordKind,
     /// The body's JSON bytes, exactly as hashed.
     pub body: Arc<[u8]>,
+    /// What the hash was computed from, when this process computed it
+    /// (shared by clones, and apart, so that a record without one is no
+    /// larger for it).
+    seal: Option<Arc<Seal>>,
+}
+
+/// What a record's chain hash was computed from: its sequence, the previous
+/// hash and its body (held, so that its bytes cannot change and its
+/// allocation cannot be reused while the seal lives), with the hash.
+struct Seal {
+    seq: u64,
+    prev: Digest,
+    hash: Digest,
+    body: Arc<[u8]>,
 }
 
 impl Record {
@@ -368,7 +388,32 @@ impl Record {
             prev,
             hash,
             kind,
+            seal: Some(Arc::new(Seal {
+                seq,
+                prev,
+                hash,
+                body: Arc::clone(&body),
+            })),
             body,
+        }
+    }
+
+    /// A record as a store read it back, its hash as stored (not checked:
+    /// [`verify`] checks it).
+    pub fn stored(
+        seq: u64,
+        prev: Digest,
+        hash: Digest,
+        kind: RecordKind,
+        body: Arc<[u8]>,
+    ) -> Record {
+        Record {
+            seq,
+            prev,
+            hash,
+            kind,
+            body,
+            seal: None,
         }
     }
 
@@ -376,7 +421,43 @@ impl Record {
     pub fn decode(&self) -> Result<RecordBody, serde_json::Error> {
         serde_json::from_slice(&self.body)
     }
+
+    /// The record without what it was sealed from, for a store that keeps
+    /// records in memory: a seal's allocation is as large as the record,
+    /// and what it saves is hashing the record again when it is written.
+    pub(crate) fn unsealed(mut self) -> Record {
+        self.seal = None;
+        self
+    }
+
+    /// Whether the hash is the chain hash of `(seq, prev, body)`: known
+    /// without hashing while the record is as it was sealed, else computed.
+    fn hash_is_chain_hash(&self) -> bool {
+        match &self.seal {
+            Some(seal)
+                if seal.seq == self.seq
+                    && seal.prev == self.prev
+                    && seal.hash == self.hash
+                    && Arc::ptr_eq(&seal.body, &self.body) =>
+            {
+                true
+            }
+            _ => chain_hash(self.seq, self.prev, &self.body) == self.hash,
+        }
+    }
 }
+
+impl PartialEq for Record {
+    fn eq(&self, other: &Record) -> bool {
+        self.seq == other.seq
+            && self.prev == other.prev
+            && self.hash == other.hash
+            && self.kind == other.kind
+            && self.body == other.body
+    }
+}
+
+impl Eq for Record {}
 
 impl fmt::Debug for Record {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -395,6 +476,25 @@ pub fn chain_hash(seq: u64, prev: Digest, body: &[u8]) -> Digest {
         Purpose::LogChain,
         &[prev.as_bytes(), &seq.to_le_bytes(), body],
     )
+}
+
+/// Whether `records` follow `(after_seq, after_hash)` as a chain: contiguous
+/// sequence numbers, each `prev` the hash before it, and each hash the
+/// chain hash of its record. A record sealed in this process and unchanged
+/// since is not hashed again. Unlike [`verify`], bodies are not decoded.
+pub fn is_chain(after_seq: u64, after_hash: Digest, records: &[Record]) -> bool {
+    let (mut seq, mut head) = (after_seq, after_hash);
+    for record in records {
+        if Some(record.seq) != seq.checked_add(1)
+            || record.prev != head
+            || !record.hash_is_chain_hash()
+        {
+            return false;
+        }
+        seq = record.seq;
+        head = record.hash;
+    }
+    true
 }
 
 /// Where and why a log failed verification.
@@ -529,6 +629,131 @@ mod tests {
         };
         let text = String::from_utf8(Record::seal(1, Digest::ZERO, &body).body.to_vec());
         (body, text.expect("utf-8"))
+    }
+
+    /// A chain of `len` sealed records with distinct bodies.
+    fn sealed_chain(len: usize) -> Vec<Record> {
+        let mut prev = Digest::ZERO;
+        (0..len)
+            .map(|at| {
+                let body = format!(r#"{{"kind":"effect_replayed","n":{at}}}"#);
+                let record = Record::from_parts(
+                    at as u64 + 1,
+                    prev,
+                    RecordKind::EffectReplayed,
+                    body.as_bytes().into(),
+                );
+                prev = record.hash;
+                record
+            })
+            .collect()
+    }
+
+    /// What [`is_chain`] must answer, every hash computed again.
+    fn is_chain_by_hashing(after_seq: u64, after_hash: Digest, records: &[Record]) -> bool {
+        let (mut seq, mut head) = (after_seq, after_hash);
+        records.iter().all(|record| {
+            let follows = Some(record.seq) == seq.checked_add(1)
+                && record.prev == head
+                && record.hash == chain_hash(record.seq, record.prev, &record.body);
+            (seq, head) = (record.seq, record.hash);
+            follows
+        })
+    }
+
+    proptest::proptest! {
+        /// Whatever is done to sealed records afterwards (a field changed,
+        /// a body swapped for equal or other bytes, a record rebuilt as
+        /// read back, records swapped or cloned), `is_chain` answers what
+        /// hashing every record again answers: a seal vouches only for the
+        /// values it was made from.
+        #[test]
+        fn is_chain_answers_as_hashing_again_would(
+            len in 1usize..6,
+            changes in proptest::collection::vec((0u8..10, 0usize..6, proptest::prelude::any::<u8>()), 0..3),
+        ) {
+            let mut records = sealed_chain(len);
+            for (change, at, byte) in changes {
+                let at = at % len;
+                let record = &mut records[at];
+                match change {
+                    0 => record.hash = Digest::from_bytes([byte; 32]),
+                    1 => record.prev = Digest::from_bytes([byte; 32]),
+                    2 => record.seq = record.seq.wrapping_add(u64::from(byte) + 1),
+                    // The same bytes in another allocation: still a chain.
+                    3 => record.body = record.body.to_vec().into(),
+                    4 => record.body = format!(r#"{{"n":{byte}}}"#).as_bytes().into(),
+                    // Read back with its hash as stored: hashed again.
+                    5 => {
+                        *record = Record::stored(
+                            record.seq,
+                            record.prev,
+                            record.hash,
+                            record.kind,
+                            record.body.clone(),
+                        );
+                    }
+                    6 => records.swap(at, (at + 1) % len),
+                    7 => *record = record.clone(),
+                    // A body changed and its own hash made to match.
+                    8 => {
+                        record.body = format!(r#"{{"m":{byte}}}"#).as_bytes().into();
+                        record.hash = chain_hash(record.seq, record.prev, &record.body);
+                    }
+                    _ => record.kind = RecordKind::Terminated,
+                }
+            }
+            proptest::prop_assert_eq!(
+                is_chain(0, Digest::ZERO, &records),
+                is_chain_by_hashing(0, Digest::ZERO, &records)
+            );
+            // Whatever the first record now claims to follow.
+            let (seq, prev) = (records[0].seq.wrapping_sub(1), records[0].prev);
+            proptest::prop_assert_eq!(
+                is_chain(seq, prev, &records),
+                is_chain_by_hashing(seq, prev, &records)
+            );
+            let tail = &records[1..];
+            proptest::prop_assert_eq!(
+                is_chain(records[0].seq, records[0].hash, tail),
+                is_chain_by_hashing(records[0].seq, records[0].hash, tail)
+            );
+        }
+    }
+
+    /// A seal costs a record one pointer, held or not (a store that keeps
+    /// records in memory keeps many).
+    #[test]
+    fn a_seal_costs_a_record_one_pointer() {
+        assert!(
+            std::mem::size_of::<Record>() <= 104,
+            "{}",
+            std::mem::size_of::<Record>()
+        );
+        assert_eq!(
+            std::mem::size_of::<Option<Arc<Seal>>>(),
+            std::mem::size_of::<usize>()
+        );
+    }
+
+    /// Untouched sealed records, and the same records read back with their
+    /// hashes, are a chain; one that starts anywhere but where it follows
+    /// is not, nor one after the last sequence number there is.
+    #[test]
+    fn sealed_records_are_a_chain_only_where_they_follow() {
+        let records = sealed_chain(4);
+        assert!(is_chain(0, Digest::ZERO, &records));
+        let stored: Vec<Record> = records
+            .iter()
+            .map(|r| Record::stored(r.seq, r.prev, r.hash, r.kind, r.body.clone()))
+            .collect();
+        assert_eq!(stored, records, "equality ignores the seal");
+        assert!(is_chain(0, Digest::ZERO, &stored));
+        assert!(is_chain(2, records[1].hash, &records[2..]));
+        assert!(!is_chain(1, records[1].hash, &records[2..]));
+        assert!(!is_chain(2, records[0].hash, &records[2..]));
+        assert!(!is_chain(u64::MAX, records[1].hash, &records[2..]));
+        assert!(is_chain(7, Digest::ZERO, &[]));
     }
 
     /// Bodies are read tag first, their payloads borrowed as text; one whose

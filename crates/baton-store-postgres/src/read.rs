@@ -137,13 +137,13 @@ fn assemble_records(
             let body = row.stored.assemble(pieces, &what)?;
             // The stored hash is returned as stored: `verify` recomputes it
             // from the body, so any edit shows at exactly this record.
-            Ok(Record {
-                seq: uint(seq)?,
-                prev: digest(&row.prev)?,
-                hash: digest(&row.hash)?,
-                kind: stored_kind(&row.kind)?,
-                body: Arc::from(body),
-            })
+            Ok(Record::stored(
+                uint(seq)?,
+                digest(&row.prev)?,
+                digest(&row.hash)?,
+                stored_kind(&row.kind)?,
+                Arc::from(body),
+            ))
         })
         .collect()
 }

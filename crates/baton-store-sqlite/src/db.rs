@@ -397,13 +397,13 @@ fn read_records(
         let body = decode(conn, key, body, chunks, &what)?;
         // The stored hash is returned as stored: `verify` recomputes it
         // from the body, so any edit shows at exactly this record.
-        records.push(Record {
-            seq: uint(seq)?,
-            prev: digest(&prev)?,
-            hash: digest(&hash)?,
-            kind: stored_kind(&kind)?,
-            body: Arc::from(body),
-        });
+        records.push(Record::stored(
+            uint(seq)?,
+            digest(&prev)?,
+            digest(&hash)?,
+            stored_kind(&kind)?,
+            Arc::from(body),
+        ));
     }
     Ok(records)
 }
@@ -1036,20 +1036,20 @@ mod fuzz {
 
     /// Two packed records, as a short first commit leaves them.
     fn packed_sample() -> Vec<u8> {
-        let first = Record {
-            seq: 1,
-            prev: Digest::ZERO,
-            hash: Digest::from_bytes([1; 32]),
-            kind: RecordKind::TreeStarted,
-            body: Arc::from(&b"{\"tree\":1}"[..]),
-        };
-        let second = Record {
-            seq: 2,
-            prev: first.hash,
-            hash: Digest::from_bytes([2; 32]),
-            kind: RecordKind::Terminated,
-            body: Arc::from(&b"{}"[..]),
-        };
+        let first = Record::stored(
+            1,
+            Digest::ZERO,
+            Digest::from_bytes([1; 32]),
+            RecordKind::TreeStarted,
+            Arc::from(&b"{\"tree\":1}"[..]),
+        );
+        let second = Record::stored(
+            2,
+            first.hash,
+            Digest::from_bytes([2; 32]),
+            RecordKind::Terminated,
+            Arc::from(&b"{}"[..]),
+        );
         packed::pack(&[first, second], fuzz_tree(), usize::MAX).expect("packs")
     }
 
@@ -1062,13 +1062,13 @@ mod fuzz {
             r#""children":[],"digest":"b3:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},"#,
             r#""input":1,"budget":{},"capabilities":[],"created":1,"state":{"stage":0,"value":1}}"#,
         );
-        let record = Record {
-            seq: 1,
-            prev: Digest::ZERO,
-            hash: Digest::from_bytes([1; 32]),
-            kind: RecordKind::TreeStarted,
-            body: Arc::from(body.as_bytes()),
-        };
+        let record = Record::stored(
+            1,
+            Digest::ZERO,
+            Digest::from_bytes([1; 32]),
+            RecordKind::TreeStarted,
+            Arc::from(body.as_bytes()),
+        );
         let packed = packed::pack(&[record], fuzz_tree(), usize::MAX).expect("packs");
         assert_eq!(packed[0], packed::COMPRESSED);
         packed

@@ -177,7 +177,8 @@ impl Entry {
         if let Some(last) = append.records.last() {
             self.head = (last.seq, last.hash);
         }
-        self.records.extend(append.records);
+        self.records
+            .extend(append.records.into_iter().map(Record::unsealed));
         self.meta = Some(append.meta);
         AppendOutcome::Committed
     }
@@ -325,7 +326,7 @@ impl Store for MemoryStore {
                 if let Some(last) = create.records.last() {
                     entry.head = (last.seq, last.hash);
                 }
-                entry.records = create.records;
+                entry.records = create.records.into_iter().map(Record::unsealed).collect();
                 entry.meta = Some(create.meta);
                 Created::Committed(lease)
             })

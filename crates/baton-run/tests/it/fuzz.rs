@@ -111,13 +111,8 @@ proptest! {
     fn fuzz_log_records(body in fuzz::bytes(seeds()), kind in 0..RecordKind::ALL.len()) {
         let kind = RecordKind::ALL[kind];
         let body: Arc<[u8]> = body.into();
-        let record = Record {
-            seq: 1,
-            prev: baton_run::Digest::ZERO,
-            hash: chain_hash(1, baton_run::Digest::ZERO, &body),
-            kind,
-            body,
-        };
+        let hash = chain_hash(1, baton_run::Digest::ZERO, &body);
+        let record = Record::stored(1, baton_run::Digest::ZERO, hash, kind, body);
         if let Err(error) = verify(0, baton_run::Digest::ZERO, &[record]) {
             prop_assert!(error.seq == 1, "{error}");
         }
@@ -183,13 +178,7 @@ proptest! {
         let mut records = Vec::with_capacity(original.len());
         for (position, record) in original.iter().enumerate() {
             let body: Arc<[u8]> = if position == at { body.clone().into() } else { record.body.clone() };
-            let rehashed = Record {
-                seq: record.seq,
-                prev,
-                hash: chain_hash(record.seq, prev, &body),
-                kind: record.kind,
-                body,
-            };
+            let rehashed = Record::from_parts(record.seq, prev, record.kind, body);
             prev = rehashed.hash;
             records.push(rehashed);
         }
