@@ -151,7 +151,37 @@ fn escape_into(out: &mut Vec<u8>, text: &str) {
     if needs_escape(bytes) {
         escape_slow(out, bytes);
     } else {
+        append(out, bytes);
+    }
+}
+
+/// Appends `bytes` to `out`, a long run a piece of at most [`PIECE`] bytes
+/// at a time. One `memcpy` of a long run into a buffer at an odd offset
+/// can be many times slower than the same bytes copied in pieces: on the
+/// AMD EPYC machines this project is measured on, glibc copies a run of
+/// more than a few kilobytes with `rep movsb`, which took 73 µs for 250 KB
+/// written one byte past an aligned source against 4.4 µs in 2 KiB pieces
+/// (and 4.4 µs aligned). A long string or payload is always written at
+/// such an offset, after its quote or its key.
+#[inline]
+pub(crate) fn append(out: &mut Vec<u8>, bytes: &[u8]) {
+    if bytes.len() <= PIECE {
         out.extend_from_slice(bytes);
+    } else {
+        append_long(out, bytes);
+    }
+}
+
+/// The longest piece [`append`] copies at once: small enough that glibc
+/// copies it with vector moves.
+pub(crate) const PIECE: usize = 2048;
+
+/// [`append`] of a run longer than a piece.
+#[cold]
+fn append_long(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.reserve(bytes.len());
+    for piece in bytes.chunks(PIECE) {
+        out.extend_from_slice(piece);
     }
 }
 
@@ -172,7 +202,7 @@ fn escape_slow(out: &mut Vec<u8>, bytes: &[u8]) {
             0x00..=0x1f => b'u',
             _ => continue,
         };
-        out.extend_from_slice(&bytes[plain..at]);
+        append(out, &bytes[plain..at]);
         plain = at + 1;
         out.push(b'\\');
         out.push(short);
@@ -182,13 +212,14 @@ fn escape_slow(out: &mut Vec<u8>, bytes: &[u8]) {
             out.push(HEX[usize::from(byte & 0xf)]);
         }
     }
-    out.extend_from_slice(&bytes[plain..]);
+    append(out, &bytes[plain..]);
 }
 
 /// Whether any byte of `bytes` is `"`, `\\` or a control character,
-/// checked a word at a time; the last few bytes are checked as one more
-/// word (the last eight bytes again, or the rest padded with spaces),
-/// since most strings written are keys and ids shorter than a few words.
+/// checked a block of [`BLOCK`] bytes at a time, then a word at a time;
+/// the last few bytes are checked as one more word (the last eight bytes
+/// again, or the rest padded with spaces), since most strings written are
+/// keys and ids shorter than a few words.
 #[inline]
 fn needs_escape(bytes: &[u8]) -> bool {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
@@ -208,6 +239,14 @@ fn needs_escape(bytes: &[u8]) -> bool {
     fn word(eight: &[u8]) -> u64 {
         u64::from_ne_bytes(eight.try_into().expect("eight bytes"))
     }
+    // Long text a block at a time, a form the compiler turns into vector
+    // compares (about three times the words' speed over a 250 KB string);
+    // the words take the rest.
+    let mut blocks = bytes.chunks_exact(BLOCK);
+    if blocks.any(block_escapes) {
+        return true;
+    }
+    let bytes = blocks.remainder();
     let mut chunks = bytes.chunks_exact(8);
     if chunks.any(|chunk| escapes(word(chunk))) {
         return true;
@@ -225,6 +264,19 @@ fn needs_escape(bytes: &[u8]) -> bool {
         }
     };
     escapes(last)
+}
+
+/// The bytes [`needs_escape`] checks together.
+const BLOCK: usize = 64;
+
+/// Whether a block holds a byte to escape: every byte compared, no early
+/// exit inside the block, so that the loop vectorizes.
+fn block_escapes(block: &[u8]) -> bool {
+    let mut found = false;
+    for &byte in block {
+        found |= (byte < 0x20) | (byte == b'"') | (byte == b'\\');
+    }
+    found
 }
 
 /// Escapes formatted text as it is written (for `collect_str`).
@@ -708,8 +760,10 @@ impl<'a> Object<'a> {
                     self.out.push(b',');
                 }
                 first = false;
-                self.out
-                    .extend_from_slice(&written[entry.start - self.start..entry.end - self.start]);
+                append(
+                    self.out,
+                    &written[entry.start - self.start..entry.end - self.start],
+                );
             }
         }
         self.entries.truncate(self.base);
@@ -841,11 +895,11 @@ impl ser::Serializer for RawText<'_> {
 
     fn serialize_str(self, text: &str) -> Result<(), Error> {
         if self.keys == Keys::AsGiven || crate::payload::is_canonical(text) {
-            self.out.extend_from_slice(text.as_bytes());
+            append(self.out, text.as_bytes());
         } else {
             let payload = crate::Payload::parse_str(text)
                 .map_err(|error| <Error as ser::Error>::custom(error.to_string()))?;
-            self.out.extend_from_slice(payload.as_bytes());
+            append(self.out, payload.as_bytes());
         }
         Ok(())
     }

@@ -27,6 +27,41 @@ fn needs_escape_finds_every_byte_at_every_position() {
     }
 }
 
+/// Past a block of 64 bytes the test runs a block at a time: every byte at
+/// every position of texts around one, two and three blocks long, and of
+/// one with a remainder of words and bytes after its blocks.
+#[test]
+fn needs_escape_finds_every_byte_at_every_position_of_long_text() {
+    for len in [63, 64, 65, 71, 72, 127, 128, 129, 192, 203] {
+        for at in 0..len {
+            for byte in 0..=255u8 {
+                let mut text = vec![b'a'; len];
+                text[at] = byte;
+                assert_eq!(
+                    needs_escape(&text),
+                    needs_escape_naive(&text),
+                    "byte {byte:#04x} at {at} of {len}"
+                );
+            }
+        }
+    }
+}
+
+/// A long run goes in pieces, at any offset, and arrives whole.
+#[test]
+fn long_runs_are_appended_whole_at_any_offset() {
+    let run: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+    for offset in [0, 1, 7, 8, 9, 63, 4095] {
+        for len in [0, 1, 2047, 2048, 2049, 4097, 10_000] {
+            let mut out = vec![b'x'; offset];
+            append(&mut out, &run[..len]);
+            assert_eq!(out.len(), offset + len);
+            assert!(out[..offset].iter().all(|&b| b == b'x'));
+            assert_eq!(&out[offset..], &run[..len], "{len} bytes after {offset}");
+        }
+    }
+}
+
 proptest! {
     /// The word-at-a-time test answers exactly as the byte-at-a-time one,
     /// over text dense in bytes near the limits (0x1f, 0x20, quotes,
@@ -37,9 +72,39 @@ proptest! {
             Just(0x1fu8), Just(0x20), Just(b'"'), Just(b'\\'), Just(b'!'),
             Just(0x5b), Just(0x5d), Just(0x80), Just(0xff), Just(0x00), any::<u8>()
         ],
-        0..40,
+        0..300,
     )) {
         prop_assert_eq!(needs_escape(&bytes), needs_escape_naive(&bytes));
+    }
+
+    /// Long text (past the blocks of the escape test and the pieces of a
+    /// long copy), with a few characters to escape anywhere or none, is
+    /// escaped as serde_json escapes it.
+    #[test]
+    fn long_strings_escape_as_serde_json_does(
+        len in 0usize..6000,
+        marks in proptest::collection::vec(
+            (any::<proptest::sample::Index>(), prop_oneof![
+                Just('"'), Just('\\'), Just('\n'), Just('\u{1}'), Just('\u{1f}'), Just('é'), Just('€'),
+            ]),
+            0..4,
+        ),
+    ) {
+        let mut chars: Vec<char> = (0..len).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        for (at, mark) in marks {
+            if !chars.is_empty() {
+                let at = at.index(chars.len());
+                chars[at] = mark;
+            }
+        }
+        let text: String = chars.into_iter().collect();
+        let mut out = Vec::new();
+        write_str(&mut out, &text).unwrap();
+        prop_assert_eq!(&out, &serde_json::to_vec(&text).unwrap());
+        // And inside a value, as a snapshot writes it.
+        let value = serde_json::json!({"text": text, "n": 1});
+        let written = to_text(&value).unwrap();
+        prop_assert_eq!(written.as_bytes(), serde_json::to_vec(&value).unwrap());
     }
 
     /// Escaped text is what serde_json writes.

@@ -232,7 +232,7 @@ impl PayloadWriter {
     /// Writes a payload's canonical text as the next value.
     pub fn value(&mut self, payload: &Payload) -> Result<(), WriteError> {
         self.start_value(payload.depth())?;
-        self.out.push_str(payload.as_str());
+        push_run(&mut self.out, payload.as_str());
         self.end_value();
         Ok(())
     }
@@ -375,10 +375,10 @@ impl Payload {
         out.push('{');
         write_string(&mut out, &mut Vec::with_capacity(key.len() + 2), key);
         out.push(':');
-        out.push_str(value.as_str());
+        push_run(&mut out, value.as_str());
         if !members.is_empty() {
             out.push(',');
-            out.push_str(members);
+            push_run(&mut out, members);
         }
         out.push('}');
         let payload = Payload::from_canonical(out.into_boxed_str())?;
@@ -402,6 +402,24 @@ fn first_key(members: &str) -> std::borrow::Cow<'_, str> {
                     .expect("a canonical object's members start with a key"),
             )
         }
+    }
+}
+
+/// Appends a payload's text, a long one in pieces of at most 2 KiB cut at
+/// character boundaries, for the reason [`crate::canonical::append`] gives.
+fn push_run(out: &mut String, text: &str) {
+    use crate::canonical::PIECE;
+    if text.len() <= PIECE {
+        out.push_str(text);
+        return;
+    }
+    out.reserve(text.len());
+    let mut rest = text;
+    while !rest.is_empty() {
+        // A character is at most four bytes, so a piece is never empty.
+        let cut = rest.floor_char_boundary(PIECE);
+        out.push_str(&rest[..cut]);
+        rest = &rest[cut..];
     }
 }
 

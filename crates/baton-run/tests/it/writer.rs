@@ -388,3 +388,35 @@ fn writers_are_send_and_sync() {
     check::<PayloadWriter>();
     check::<WriteError>();
 }
+
+/// Long payloads (copied in pieces) arrive whole, with multi-byte
+/// characters wherever a piece would end.
+#[test]
+fn long_values_and_members_are_copied_whole() {
+    for len in [2040, 2047, 2048, 2049, 2053, 4100, 9000] {
+        for (at, mark) in [(2045, 'é'), (2046, '€'), (2047, '😀'), (4094, 'é')] {
+            let mut text: Vec<char> = (0..len)
+                .map(|i| char::from(b'a' + (i % 26) as u8))
+                .collect();
+            if at < len {
+                text[at] = mark;
+            }
+            let text: String = text.into_iter().collect();
+            let long = Payload::encode(&text).unwrap();
+            let mut writer = PayloadWriter::new();
+            writer.begin_object().unwrap();
+            writer.key("long").unwrap();
+            writer.value(&long).unwrap();
+            writer.end_object().unwrap();
+            let written = writer.finish().unwrap();
+            assert_eq!(written, Payload::encode(&json!({ "long": text })).unwrap());
+            let object = Payload::encode(&json!({ "m": text })).unwrap();
+            let fronted = object.with_first_member("a", &long).unwrap();
+            assert_eq!(
+                fronted,
+                Payload::encode(&json!({ "a": text, "m": text })).unwrap(),
+                "{len} characters, {mark:?} at {at}"
+            );
+        }
+    }
+}
