@@ -69,6 +69,8 @@ figures beside the headline (JSON fields):
                    median CPU time per run), measured after the measured runs
   state_floor_ms   state-*: median time of one canonical encode plus one blake3 hash of the
                    carried state; state_target_ms = state_floor_ms + 1.3 x commit_floor_us
+  restore_floor_ms state-*: median time of one decode of the encoded state as the program
+                   restores it (the kernel restores every candidate state before adopting it)
   inspect_ms       team1000: median ms to read the finished tree back from its store (load
                    the log, verify its hash chain, fold every record), after the measured phase";
 

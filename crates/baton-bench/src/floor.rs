@@ -13,7 +13,10 @@
 //!   such disks' slow flushes come in a tail;
 //! - the state floor of a `state-*` workload: the median time of one
 //!   canonical encode plus one blake3 hash of a state of that size, with
-//!   the kernel's own encoder and digest ([`state_floor_ms`]).
+//!   the kernel's own encoder and digest, and beside it the restore floor:
+//!   the median time of one decode of the encoded state as the workload's
+//!   program restores it, which the kernel does to every candidate state
+//!   before adopting it ([`state_floors_ms`]).
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -28,7 +31,7 @@ use crate::probe::now;
 use crate::report::{median, sorted};
 use crate::store::{Database, StoreKind, TempDir};
 use crate::workloads::Workload;
-use crate::workloads::state::carried_state;
+use crate::workloads::state::{Carried, carried_state};
 
 /// Commits before the timed ones (connection set-up, the table's first
 /// pages, the WAL file's growth).
@@ -64,15 +67,20 @@ pub struct Floors {
     /// state (`state-*` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_floor_ms: Option<f64>,
+    /// Median ms of one decode of the encoded carried state, as the
+    /// workload's program restores it (`state-*` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_floor_ms: Option<f64>,
 }
 
 impl Floors {
     /// Measures the floors that `workload` on `kind` is compared with.
     pub async fn measure(workload: Workload, kind: StoreKind) -> Result<Floors> {
-        let state_floor_ms = workload.state_size().map(state_floor_ms).transpose()?;
+        let state = workload.state_size().map(state_floors_ms).transpose()?;
         Ok(Floors {
             commit_floor_us: commit_floor_us(kind).await?,
-            state_floor_ms,
+            state_floor_ms: state.map(|(encode, _)| encode),
+            restore_floor_ms: state.map(|(_, restore)| restore),
             ..Floors::default()
         })
     }
@@ -220,26 +228,33 @@ async fn postgres_commits(pace: Duration) -> Result<Vec<Duration>> {
     Ok(times)
 }
 
-/// The state floor of a `size`-byte carried state in ms: the median of
-/// [`STATE_PASSES`] canonical encodes (`ExecutionState::encode`, as a
-/// step's snapshot) each followed by a blake3 hash of the encoded bytes
-/// (`Payload::digest`), after [`STATE_WARM_UP`]; each pass changes the
-/// small field, as each stage does.
-pub fn state_floor_ms(size: usize) -> Result<f64> {
+/// The state and restore floors of a `size`-byte carried state in ms,
+/// each the median of [`STATE_PASSES`] passes after [`STATE_WARM_UP`]:
+/// a canonical encode (`ExecutionState::encode`, as a step's snapshot)
+/// followed by a blake3 hash of the encoded bytes (`Payload::digest`), and
+/// then, timed apart, a decode of those bytes into the carried state
+/// (`ExecutionState::decode`, as the `state-*` program's restore). Each
+/// pass changes the small field, as each stage does.
+pub fn state_floors_ms(size: usize) -> Result<(f64, f64)> {
     let mut state = carried_state(size, 0);
-    let mut times = Vec::with_capacity(STATE_PASSES);
+    let mut encodes = Vec::with_capacity(STATE_PASSES);
+    let mut restores = Vec::with_capacity(STATE_PASSES);
     for pass in 0..STATE_WARM_UP + STATE_PASSES {
         state.stage = pass as u64;
         let t0 = now();
         let encoded = ExecutionState::encode(black_box(&state))?;
         black_box(encoded.0.digest());
-        let elapsed = now().duration_since(t0);
-        drop(encoded);
+        let t1 = now();
+        let restored: Carried = black_box(&encoded).decode()?;
+        let t2 = now();
+        anyhow::ensure!(restored.stage == state.stage, "the state restores");
+        drop((encoded, restored));
         if pass >= STATE_WARM_UP {
-            times.push(elapsed);
+            encodes.push(t1.duration_since(t0));
+            restores.push(t2.duration_since(t1));
         }
     }
-    Ok(median_of(times, 1e3))
+    Ok((median_of(encodes, 1e3), median_of(restores, 1e3)))
 }
 
 /// The median of `times` in seconds scaled by `scale` (1e6 for µs).
@@ -266,10 +281,15 @@ mod tests {
             floors.state_floor_ms.is_some_and(|ms| ms > 0.0),
             "{floors:?}"
         );
+        assert!(
+            floors.restore_floor_ms.is_some_and(|ms| ms > 0.0),
+            "{floors:?}"
+        );
         let floors = Floors::measure(Workload::Chain3, StoreKind::Sqlite)
             .await
             .unwrap();
         assert_eq!(floors.state_floor_ms, None, "chain3 carries no large state");
+        assert_eq!(floors.restore_floor_ms, None, "nor restores one");
         assert!(floors.commit_floor_us.is_some_and(|us| us > 0.0));
         assert_eq!(floors.paced_commit_us, None, "paced only after the runs");
     }

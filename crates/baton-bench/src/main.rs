@@ -127,6 +127,12 @@
 //!   as a step's snapshot) followed by one blake3 hash of the encoded bytes
 //!   (`Payload::digest`); on durable stores `state_target_ms` is
 //!   `state_floor_ms + 1.3 × commit_floor_us`, issue 21's bound per stage.
+//! - `restore_floor_ms` (`state-*`, every store): in the same passes, timed
+//!   apart, one decode of the encoded state into the carried type
+//!   (`ExecutionState::decode`, what the `state-*` program's `restore`
+//!   does). The kernel restores every candidate state through its
+//!   `Definition` before adopting it, so a stage costs at least
+//!   `state_floor_ms + restore_floor_ms` besides its commit.
 //!
 //! ## Processes and figures
 //!

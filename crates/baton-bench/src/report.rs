@@ -117,6 +117,12 @@ pub struct Line {
     /// measured in the workload's process (`state-*` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     state_floor_ms: Option<f64>,
+    /// Median ms of one decode of the encoded carried state as the
+    /// workload's program restores it, measured in the workload's process
+    /// (`state-*` only): what the kernel's restore before adoption adds to
+    /// every stage beside `state_floor_ms`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    restore_floor_ms: Option<f64>,
     /// `state_floor_ms + 1.3 × commit_floor_us` in ms: what a stage should
     /// cost at most (`state-*` on durable stores only).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -147,6 +153,7 @@ impl Line {
         let median_figure = median(&figures);
         let commit_floor_us = median_where(floors.iter().filter_map(|f| f.commit_floor_us));
         let state_floor_ms = median_where(floors.iter().filter_map(|f| f.state_floor_ms));
+        let restore_floor_ms = median_where(floors.iter().filter_map(|f| f.restore_floor_ms));
         let paced_commit_us = median_where(floors.iter().filter_map(|f| f.paced_commit_us));
         let pace_us = median_where(floors.iter().filter_map(|f| f.pace_us));
         let p50_us = median_of(&samples, |s| s.p50_us);
@@ -187,6 +194,7 @@ impl Line {
             paced_commit_us: paced_commit_us.map(round),
             pace_us: pace_us.map(round),
             state_floor_ms: state_floor_ms.map(round_fine),
+            restore_floor_ms: restore_floor_ms.map(round_fine),
             state_target_ms: state_floor_ms
                 .zip(commit_floor_us)
                 .map(|(ms, floor)| round_fine(ms + TARGET_COMMITS * floor / 1e3)),
@@ -315,6 +323,9 @@ pub fn table(results: &[Line]) -> String {
         }
         if let Some(floor) = line.state_floor_ms {
             notes.push(format!("state floor {floor} ms"));
+        }
+        if let Some(floor) = line.restore_floor_ms {
+            notes.push(format!("restore floor {floor} ms"));
         }
         if let Some(target) = line.state_target_ms {
             notes.push(format!("target {target} ms"));
