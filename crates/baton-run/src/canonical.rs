@@ -17,8 +17,9 @@
 //! number):
 //! records and tree snapshots are that text, and serde_json's own writer
 //! checks every byte of every string for escapes one at a time, where this
-//! one checks a word at a time and copies raw payload text without taking
-//! a copy of it first.
+//! one checks 64 bytes at a time (a word at a time for short strings),
+//! copies raw payload text without taking a copy of it first, and copies
+//! long runs in pieces ([`append`]).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -147,7 +148,8 @@ pub(crate) fn write_str(out: &mut Vec<u8>, text: &str) -> Result<(), Error> {
 #[inline]
 fn escape_into(out: &mut Vec<u8>, text: &str) {
     let bytes = text.as_bytes();
-    // Most text has nothing to escape: look for that eight bytes at a time.
+    // Most text has nothing to escape: look for that a block or a word at a
+    // time.
     if needs_escape(bytes) {
         escape_slow(out, bytes);
     } else {
