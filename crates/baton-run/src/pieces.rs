@@ -99,13 +99,16 @@ fn cut(data: &[u8]) -> usize {
 }
 
 /// A piece of a body cut by [`split_after`]: one a recent cut of the same
-/// tree already stored (with the id it was stored under), or one to digest
-/// and store.
+/// tree already stored (with the id it was stored under), one repeating an
+/// earlier piece of the same body, or one to digest and store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Piece<'a, Id> {
     /// Exactly the bytes of a piece of a recent cut, which is stored as `id`.
     Known(&'a [u8], Id),
-    /// A piece no recent cut holds.
+    /// Exactly the bytes of the body's piece at this index (an earlier,
+    /// [`Piece::Fresh`] one): stored once, under that piece's id.
+    Again(&'a [u8], usize),
+    /// A piece no recent cut holds and the body has not held before.
     Fresh(&'a [u8]),
 }
 
@@ -113,7 +116,7 @@ impl<'a, Id> Piece<'a, Id> {
     /// The piece's bytes.
     pub fn bytes(&self) -> &'a [u8] {
         match self {
-            Piece::Known(bytes, _) | Piece::Fresh(bytes) => bytes,
+            Piece::Known(bytes, _) | Piece::Again(bytes, _) | Piece::Fresh(bytes) => bytes,
         }
     }
 }
@@ -350,11 +353,16 @@ impl<Key: Ord + Copy, Tag: Eq + Copy, Id: Copy> LastCuts<Key, Tag, Id> {
 
 /// Cuts `bytes` exactly as [`split_pieces`] does, naming the pieces that
 /// `recent` (the tree's previous cuts the store kept, the most recent
-/// first) already hold: those are found by their first bytes and compared,
-/// not scanned for a cut point and digested again, so a body that shares
-/// most of its bytes with one of them costs about one comparison pass.
+/// first) already hold, and those that repeat an earlier piece of `bytes`
+/// itself (a start whose initial state holds its input, say): those are
+/// found by their first bytes and compared, not scanned for a cut point and
+/// digested again, so a body that shares most of its bytes with one of
+/// them, or holds the same text twice, costs about one comparison pass for
+/// what it shares.
 pub fn split_after<'a, Id: Copy>(bytes: &'a [u8], recent: &[&LastCut<Id>]) -> Vec<Piece<'a, Id>> {
     let mut pieces = Vec::with_capacity(bytes.len() / 2048 + 1);
+    // The first eight bytes of each fresh piece so far, with its index.
+    let mut heads = std::collections::BTreeSet::new();
     let mut rest = bytes;
     while !rest.is_empty() {
         if let Some((len, id)) = recent.iter().find_map(|cut| cut.known(rest)) {
@@ -363,7 +371,31 @@ pub fn split_after<'a, Id: Copy>(bytes: &'a [u8], recent: &[&LastCut<Id>]) -> Ve
             rest = tail;
             continue;
         }
+        let head = rest
+            .first_chunk::<8>()
+            .map(|head| u64::from_le_bytes(*head));
+        // An earlier piece of this body was cut by its own content (or at
+        // the longest length), never by the body's end, so the same bytes
+        // here cut the same way.
+        let again = head.and_then(|head| {
+            heads
+                .range((head, 0)..=(head, usize::MAX))
+                .take(CANDIDATES)
+                .find_map(|&(_, index)| {
+                    let earlier: &[u8] = Piece::bytes(&pieces[index]);
+                    rest.starts_with(earlier).then_some((earlier.len(), index))
+                })
+        });
+        if let Some((len, index)) = again {
+            let (piece, tail) = rest.split_at(len);
+            pieces.push(Piece::Again(piece, index));
+            rest = tail;
+            continue;
+        }
         let (piece, tail) = rest.split_at(cut(rest));
+        if let Some(head) = head {
+            heads.insert((head, pieces.len()));
+        }
         pieces.push(Piece::Fresh(piece));
         rest = tail;
     }
@@ -536,12 +568,73 @@ mod tests {
             let pieces = split_after(&next, &[&other, &last]);
             let bytes: Vec<&[u8]> = pieces.iter().map(Piece::bytes).collect();
             proptest::prop_assert_eq!(&bytes, &split_pieces(&next));
-            for piece in &pieces {
-                if let Piece::Known(bytes, id) = piece {
-                    proptest::prop_assert_eq!(*bytes, ids[*id].as_slice());
+            check_named(&pieces, &ids);
+        }
+    }
+
+    /// Every known piece is byte for byte the piece its id names, and every
+    /// repeat the earlier fresh piece of the same body its index names.
+    fn check_named(pieces: &[Piece<'_, usize>], ids: &[Vec<u8>]) {
+        for (at, piece) in pieces.iter().enumerate() {
+            match *piece {
+                Piece::Known(bytes, id) => assert_eq!(bytes, ids[id].as_slice()),
+                Piece::Again(bytes, index) => {
+                    assert!(index < at, "piece {at} repeats a later one ({index})");
+                    assert!(
+                        matches!(pieces[index], Piece::Fresh(earlier) if earlier == bytes),
+                        "piece {at} is not piece {index} again"
+                    );
                 }
+                Piece::Fresh(_) => {}
             }
         }
+    }
+
+    /// A body holding the same text twice (a start's input and the initial
+    /// state made from it) is cut as `split_pieces` cuts it, and the second
+    /// copy is named as the first's pieces again but for the few pieces
+    /// around where it begins and ends.
+    #[test]
+    fn a_body_repeating_its_own_text_names_the_repeats() {
+        let input = noise(250_000, 31);
+        let mut body = b"{\"input\":".to_vec();
+        body.extend_from_slice(&input);
+        body.extend_from_slice(b",\"state\":{\"stage\":0,\"text\":");
+        body.extend_from_slice(&input);
+        body.extend_from_slice(b"}}");
+        let pieces = split_after::<usize>(&body, &[]);
+        let bytes: Vec<&[u8]> = pieces.iter().map(Piece::bytes).collect();
+        assert_eq!(bytes, split_pieces(&body));
+        check_named(&pieces, &[]);
+        let fresh = pieces
+            .iter()
+            .filter(|piece| matches!(piece, Piece::Fresh(_)))
+            .count();
+        let again = pieces.len() - fresh;
+        assert!(pieces.len() > 150, "{} pieces", pieces.len());
+        assert!(
+            fresh <= pieces.len() / 2 + 3,
+            "{fresh} of {} pieces cut afresh, {again} repeats",
+            pieces.len()
+        );
+        // A body without repeats has none.
+        let once = noise(100_000, 32);
+        let pieces = split_after::<usize>(&once, &[]);
+        assert!(pieces.iter().all(|piece| matches!(piece, Piece::Fresh(_))));
+        // Text as flat as can be: every piece of the longest length but the
+        // first and the last is the first one again.
+        let flat = vec![b' '; 100_000];
+        let pieces = split_after::<usize>(&flat, &[]);
+        assert_eq!(
+            pieces.iter().map(Piece::bytes).collect::<Vec<_>>(),
+            split_pieces(&flat)
+        );
+        assert!(
+            pieces[1..pieces.len() - 1]
+                .iter()
+                .all(|piece| matches!(piece, Piece::Again(_, 0))),
+            "{pieces:?}"
+        );
     }
 
     #[test]
@@ -715,10 +808,6 @@ mod tests {
         );
         let bytes: Vec<&[u8]> = both.iter().map(Piece::bytes).collect();
         assert_eq!(bytes, split_pieces(&next));
-        for piece in &both {
-            if let Piece::Known(bytes, id) = piece {
-                assert_eq!(*bytes, ids[*id].as_slice());
-            }
-        }
+        check_named(&both, &ids);
     }
 }

@@ -1063,17 +1063,9 @@ impl<'a> Pending<'a> {
             } else {
                 let after: Vec<&LastCut<_>> =
                     cuts.iter().rev().chain(recent.iter().copied()).collect();
-                let digests: Vec<(usize, [u8; DIGEST_LEN])> = split_after(&record.body, &after)
-                    .into_iter()
-                    .map(|piece| match piece {
-                        Piece::Known(bytes, digest) => (bytes.len(), digest),
-                        Piece::Fresh(bytes) => {
-                            let digest = chunk::digest(bytes);
-                            self.pieces.insert((key, digest), bytes);
-                            (bytes.len(), digest)
-                        }
-                    })
-                    .collect();
+                let digests = digests(split_after(&record.body, &after), |digest, bytes| {
+                    self.pieces.insert((key, digest), bytes);
+                });
                 let manifest = chunk::manifest(digests.iter().map(|(_, digest)| digest));
                 cuts.extend(LastCut::new(Arc::clone(&record.body), digests));
                 if cuts.len() > CUTS_PER_TREE {
@@ -1137,6 +1129,29 @@ impl<'a> Pending<'a> {
     }
 }
 
+/// Each piece's length and digest, in order: a known piece's as its cut
+/// stored it, a repeat's as its body's earlier piece, a fresh one's
+/// computed and handed to `fresh` with its bytes (to be stored).
+fn digests<'a>(
+    pieces: Vec<Piece<'a, [u8; DIGEST_LEN]>>,
+    mut fresh: impl FnMut([u8; DIGEST_LEN], &'a [u8]),
+) -> Vec<(usize, [u8; DIGEST_LEN])> {
+    let mut digests: Vec<(usize, [u8; DIGEST_LEN])> = Vec::with_capacity(pieces.len());
+    for piece in pieces {
+        let digest = match piece {
+            Piece::Known(_, digest) => digest,
+            Piece::Again(_, index) => digests[index].1,
+            Piece::Fresh(bytes) => {
+                let digest = chunk::digest(bytes);
+                fresh(digest, bytes);
+                digest
+            }
+        };
+        digests.push((piece.bytes().len(), digest));
+    }
+    digests
+}
+
 /// A body stored inline, or its manifest of pieces and its cut.
 type Encoded<'a> = (
     Option<&'a [u8]>,
@@ -1165,17 +1180,9 @@ impl<'a> Pieces<'a> {
             self.bytes += bytes.len() as u64;
             return (Some(bytes), None, None);
         }
-        let digests: Vec<(usize, [u8; DIGEST_LEN])> = split_after(bytes, recent)
-            .into_iter()
-            .map(|piece| match piece {
-                Piece::Known(piece, digest) => (piece.len(), digest),
-                Piece::Fresh(piece) => {
-                    let digest = chunk::digest(piece);
-                    self.pieces.insert(digest, piece);
-                    (piece.len(), digest)
-                }
-            })
-            .collect();
+        let digests = digests(split_after(bytes, recent), |digest, piece| {
+            self.pieces.insert(digest, piece);
+        });
         let manifest = chunk::manifest(digests.iter().map(|(_, digest)| digest));
         self.bytes += manifest.len() as u64;
         let cut = LastCut::new(Arc::clone(bytes), digests);

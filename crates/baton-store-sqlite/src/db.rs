@@ -173,10 +173,12 @@ fn encode(
     let recent: Vec<&LastCut<i64>> = written.cuts.get(key).iter().collect();
     let pieces = split_after(bytes, &recent);
     let mut manifest = Vec::with_capacity(pieces.len() * 3);
-    let mut lens = Vec::with_capacity(pieces.len());
+    let mut lens: Vec<(usize, i64)> = Vec::with_capacity(pieces.len());
     for piece in pieces {
         let id = match piece {
             Piece::Known(_, id) => id,
+            // An earlier piece of this body: stored (or found) above.
+            Piece::Again(_, index) => lens[index].1,
             Piece::Fresh(piece) => {
                 let digest = chunk::digest(piece);
                 let found: Option<i64> = find

@@ -405,6 +405,26 @@ async fn a_large_state_that_changes_a_little_is_stored_once_by_digest_and_counte
     );
 }
 
+/// A body that holds the same long text twice (a start's input and the
+/// initial state made from it) stores and counts that text's pieces once,
+/// and reads back byte for byte.
+#[tokio::test]
+async fn a_body_holding_a_text_twice_stores_its_pieces_once() {
+    let server = Server::new();
+    let store = server.store();
+    let t = tree("twice");
+    let token = lease(&store, t).await;
+    let text = noise(120_000, 17);
+    let record = step(t, 1, Digest::ZERO, &format!("{text} and again {text}"));
+    let size = record.body.len() as u64;
+    let counted = stored(&store, t, token, &record).await;
+    assert!(
+        counted > size / 2 && counted < size * 6 / 10,
+        "{counted} bytes counted for a {size}-byte body holding one text twice"
+    );
+    assert_eq!(store.load(t).await.expect("loads").records, vec![record]);
+}
+
 /// Appends `record` to `tree` under `token`, checks it committed and
 /// returns the payload bytes the store counted for it.
 async fn stored(store: &PostgresStore, tree: TreeId, token: u64, record: &Record) -> u64 {

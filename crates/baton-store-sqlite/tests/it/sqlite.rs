@@ -504,6 +504,48 @@ async fn bytes_written_counts_appended_bodies_and_only_new_pieces_of_a_large_sta
     );
 }
 
+/// A body that holds the same long text twice (a start's input and the
+/// initial state made from it) stores and counts that text's pieces once,
+/// and reads back byte for byte, on this handle and after a reopen.
+#[tokio::test]
+async fn a_body_holding_a_text_twice_stores_its_pieces_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("store.db");
+    let store = SqliteStore::create(&path).expect("creates");
+    let t = tree("twice");
+    let token = lease(&store, t).await;
+    let text = noise(120_000, 17);
+    let record = step(t, 1, Digest::ZERO, &format!("{text} and again {text}"));
+    let size = record.body.len() as u64;
+    let before = store.bytes_written();
+    append_one(&store, t, token, record.clone()).await;
+    let counted = store.bytes_written() - before;
+    assert!(
+        counted < size * 6 / 10,
+        "{counted} bytes counted for a {size}-byte body holding one text twice"
+    );
+    assert!(
+        counted > size / 2,
+        "the text counts once: {counted} of {size}"
+    );
+    assert_eq!(
+        store.load(t).await.expect("loads").records,
+        vec![record.clone()]
+    );
+    drop(store);
+    let conn = rusqlite::Connection::open(&path).expect("opens");
+    let (pieces, distinct): (i64, i64) = conn
+        .query_row(
+            "SELECT count(*), count(DISTINCT digest) FROM chunks",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .expect("counts");
+    assert_eq!(pieces, distinct, "no piece stored twice");
+    let reopened = SqliteStore::open(&path).expect("opens again");
+    assert_eq!(reopened.load(t).await.expect("loads").records, vec![record]);
+}
+
 /// Schema version 1, as builds before listings kept programs, labels and
 /// start times created it.
 const SCHEMA_1: &str = "
