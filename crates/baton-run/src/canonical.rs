@@ -269,11 +269,11 @@ fn needs_escape(bytes: &[u8]) -> bool {
 }
 
 /// The bytes [`needs_escape`] checks together.
-const BLOCK: usize = 64;
+pub(crate) const BLOCK: usize = 64;
 
 /// Whether a block holds a byte to escape: every byte compared, no early
 /// exit inside the block, so that the loop vectorizes.
-fn block_escapes(block: &[u8]) -> bool {
+pub(crate) fn block_escapes(block: &[u8]) -> bool {
     let mut found = false;
     for &byte in block {
         found |= (byte < 0x20) | (byte == b'"') | (byte == b'\\');

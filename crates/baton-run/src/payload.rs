@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::digest::{Digest, Purpose};
 
+mod read;
 mod writer;
 
 pub use writer::{PayloadWriter, WriteError};
@@ -157,8 +158,14 @@ impl Payload {
         Self::from_value(&value)
     }
 
-    /// Decodes into a typed value.
+    /// Decodes into a typed value, exactly as `serde_json::from_str` would
+    /// decode the canonical text (the same value, the same error).
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, PayloadError> {
+        // A reader made for canonical text answers first; whatever it does
+        // not answer for (floats, byte strings, any error) is serde_json's.
+        if let Some(value) = read::decode(self.as_str()) {
+            return Ok(value);
+        }
         serde_json::from_str(self.as_str()).map_err(|error| PayloadError::Decode {
             message: error.to_string(),
         })
@@ -288,6 +295,24 @@ pub(crate) fn plain_run(bytes: &[u8]) -> usize {
         .iter()
         .position(special)
         .unwrap_or(bytes.len() - at)
+}
+
+/// [`plain_run`] for text that may hold long strings: the first 64 bytes
+/// a word at a time (most strings are keys and ids, whose end is near),
+/// then whole blocks of 64 bytes, then words again.
+pub(crate) fn plain_run_long(bytes: &[u8]) -> usize {
+    use crate::canonical::{BLOCK, block_escapes};
+    let first = plain_run(&bytes[..bytes.len().min(BLOCK)]);
+    if first < BLOCK {
+        return first;
+    }
+    let at = BLOCK
+        + bytes[BLOCK..]
+            .chunks_exact(BLOCK)
+            .take_while(|block| !block_escapes(block))
+            .count()
+            * BLOCK;
+    at + plain_run(&bytes[at..])
 }
 
 /// For `#[serde(default, deserialize_with = "...")]` on an optional member
@@ -820,7 +845,7 @@ mod tests {
                     0x20u8..=0xff,
                     0x20u8..=0xff,
                 ],
-                0..40,
+                0..200,
             ),
             start in 0usize..40,
         ) {
@@ -830,13 +855,14 @@ mod tests {
                 .position(|byte| *byte == b'"' || *byte == b'\\' || *byte < 0x20)
                 .unwrap_or(bytes.len());
             proptest::prop_assert_eq!(plain_run(bytes), expected);
+            proptest::prop_assert_eq!(plain_run_long(bytes), expected);
         }
     }
 
     #[test]
     fn plain_runs_stop_at_every_special_byte_in_every_lane() {
         for special in [b'"', b'\\', 0x00, 0x1f, 0x0a] {
-            for length in 0..20 {
+            for length in (0..20).chain([63, 64, 65, 71, 127, 128, 129, 150]) {
                 for at in 0..=length {
                     let mut bytes = vec![b'a'; length];
                     // Bytes just above the specials, and high bytes, around it.
@@ -847,6 +873,11 @@ mod tests {
                         bytes[at] = special;
                     }
                     assert_eq!(plain_run(&bytes), at, "{special:#x} at {at} of {length}");
+                    assert_eq!(
+                        plain_run_long(&bytes),
+                        at,
+                        "{special:#x} at {at} of {length}"
+                    );
                 }
             }
         }
