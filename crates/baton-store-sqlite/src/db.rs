@@ -165,8 +165,14 @@ fn encode(
     let mut find = conn
         .prepare_cached("SELECT id FROM chunks WHERE tree = ?1 AND digest = ?2")
         .map_err(storage)?;
+    // A fresh piece is usually new (most of a new tree's first body, the
+    // changed part of a later one): one statement stores it, and only a
+    // piece the tree already holds is looked up after.
     let mut insert = conn
-        .prepare_cached("INSERT INTO chunks (tree, digest, bytes) VALUES (?1, ?2, ?3)")
+        .prepare_cached(
+            "INSERT INTO chunks (tree, digest, bytes) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (tree, digest) DO NOTHING",
+        )
         .map_err(storage)?;
     // Inside the group's transaction: no other connection commits until ours.
     written.cuts.check(conn);
@@ -181,19 +187,15 @@ fn encode(
             Piece::Again(_, index) => lens[index].1,
             Piece::Fresh(piece) => {
                 let digest = chunk::digest(piece);
-                let found: Option<i64> = find
-                    .query_row(params![key, &digest[..]], |row| row.get(0))
-                    .optional()
+                let inserted = insert
+                    .execute(params![key, &digest[..], piece])
                     .map_err(storage)?;
-                match found {
-                    Some(id) => id,
-                    None => {
-                        insert
-                            .execute(params![key, &digest[..], piece])
-                            .map_err(storage)?;
-                        written.bytes += piece.len() as u64;
-                        conn.last_insert_rowid()
-                    }
+                if inserted == 1 {
+                    written.bytes += piece.len() as u64;
+                    conn.last_insert_rowid()
+                } else {
+                    find.query_row(params![key, &digest[..]], |row| row.get(0))
+                        .map_err(storage)?
                 }
             }
         };
