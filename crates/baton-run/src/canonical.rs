@@ -25,6 +25,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde::ser::{self, Impossible, Serialize};
+use serde_json::ser::{CompactFormatter, Formatter};
 
 mod map_key;
 
@@ -49,9 +50,7 @@ pub(crate) fn to_text<T: Serialize + ?Sized>(value: &T) -> Result<Box<str>, Erro
             entries,
             keys: Keys::Sorted,
         })?;
-        std::str::from_utf8(out)
-            .map(Box::from)
-            .map_err(|_| ser::Error::custom("non-UTF-8 output"))
+        Ok(Box::from(out.as_str()))
     })
 }
 
@@ -62,10 +61,9 @@ pub(crate) fn to_text<T: Serialize + ?Sized>(value: &T) -> Result<Box<str>, Erro
 pub(crate) fn to_compact<T: Serialize + ?Sized>(value: &T) -> Result<Arc<[u8]>, Error> {
     with_scratch(|out, entries| {
         if write_compact(out, entries, value).is_err() {
-            out.clear();
-            serde_json::to_writer(&mut *out, value)?;
+            return serde_json::to_vec(value).map(Arc::from);
         }
-        Ok(Arc::from(out.as_slice()))
+        Ok(Arc::from(out.as_bytes()))
     })
 }
 
@@ -73,7 +71,7 @@ pub(crate) fn to_compact<T: Serialize + ?Sized>(value: &T) -> Result<Arc<[u8]>, 
 /// fails where it leaves the value to serde_json ([`to_compact`]'s first
 /// way).
 fn write_compact<T: Serialize + ?Sized>(
-    out: &mut Vec<u8>,
+    out: &mut String,
     entries: &mut Vec<Entry>,
     value: &T,
 ) -> Result<(), Error> {
@@ -88,9 +86,9 @@ fn write_compact<T: Serialize + ?Sized>(
 /// tests check that the kernel's own values never need serde_json.
 #[cfg(test)]
 pub(crate) fn compact_only<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, Error> {
-    let mut out = Vec::new();
+    let mut out = String::new();
     write_compact(&mut out, &mut Vec::new(), value)?;
-    Ok(out)
+    Ok(out.into_bytes())
 }
 
 /// Runs `write` on an empty buffer kept per thread, for text that is then
@@ -100,10 +98,10 @@ pub(crate) fn compact_only<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, 
 /// value shares (see [`Object`]), so that writing an object allocates
 /// nothing. A nested call (a value whose serialization encodes another
 /// payload) finds both busy and gets fresh ones.
-fn with_scratch<R>(write: impl FnOnce(&mut Vec<u8>, &mut Vec<Entry>) -> R) -> R {
+fn with_scratch<R>(write: impl FnOnce(&mut String, &mut Vec<Entry>) -> R) -> R {
     thread_local! {
-        static SCRATCH: std::cell::RefCell<(Vec<u8>, Vec<Entry>)> =
-            const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+        static SCRATCH: std::cell::RefCell<(String, Vec<Entry>)> =
+            const { std::cell::RefCell::new((String::new(), Vec::new())) };
     }
     /// The largest buffer a thread keeps between uses.
     const KEPT: usize = 1 << 20;
@@ -116,7 +114,7 @@ fn with_scratch<R>(write: impl FnOnce(&mut Vec<u8>, &mut Vec<Entry>) -> R) -> R 
             entries.clear();
             let result = write(buffer, entries);
             if buffer.capacity() > KEPT {
-                *buffer = Vec::new();
+                *buffer = String::new();
             }
             // Keys kept by an entry left after a failure are dropped now.
             entries.clear();
@@ -125,7 +123,7 @@ fn with_scratch<R>(write: impl FnOnce(&mut Vec<u8>, &mut Vec<Entry>) -> R) -> R 
             }
             result
         }
-        Err(_) => write(&mut Vec::with_capacity(64), &mut Vec::new()),
+        Err(_) => write(&mut String::with_capacity(64), &mut Vec::new()),
     })
 }
 
@@ -134,26 +132,51 @@ fn unsupported(what: &str) -> Error {
 }
 
 /// Writes a JSON string exactly as serde_json escapes it.
-pub(crate) fn write_str(out: &mut Vec<u8>, text: &str) -> Result<(), Error> {
-    let bytes = text.as_bytes();
-    out.reserve(bytes.len() + 2);
-    out.push(b'"');
+pub(crate) fn write_str(out: &mut String, text: &str) -> Result<(), Error> {
+    out.reserve(text.len() + 2);
+    out.push('"');
     escape_into(out, text);
-    out.push(b'"');
+    out.push('"');
     Ok(())
+}
+
+/// Appends a float as serde_json writes it: `write` calls serde_json's own
+/// compact formatter (`ryu`). Integers are written by `itoa`, as serde_json
+/// writes them.
+pub(crate) fn push_number(
+    out: &mut String,
+    write: impl FnOnce(&mut CompactFormatter, &mut Ascii<'_>) -> std::io::Result<()>,
+) -> Result<(), Error> {
+    write(&mut CompactFormatter, &mut Ascii(out)).map_err(Error::io)
+}
+
+/// A `String` as the writer of serde_json's formatter, which writes
+/// numbers in ASCII.
+pub(crate) struct Ascii<'a>(&'a mut String);
+
+impl std::io::Write for Ascii<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let text = std::str::from_utf8(bytes)
+            .map_err(|error| std::io::Error::new(std::io::ErrorKind::InvalidData, error))?;
+        self.0.push_str(text);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Appends `text` escaped as serde_json escapes string contents: `"`, `\\`
 /// and control characters only, the common ones by their short forms.
 #[inline]
-fn escape_into(out: &mut Vec<u8>, text: &str) {
-    let bytes = text.as_bytes();
+fn escape_into(out: &mut String, text: &str) {
     // Most text has nothing to escape: look for that a block or a word at a
     // time.
-    if needs_escape(bytes) {
-        escape_slow(out, bytes);
+    if needs_escape(text.as_bytes()) {
+        escape_slow(out, text);
     } else {
-        append(out, bytes);
+        append(out, text);
     }
 }
 
@@ -166,11 +189,11 @@ fn escape_into(out: &mut Vec<u8>, text: &str) {
 /// (and 4.4 µs aligned). A long string or payload is always written at
 /// such an offset, after its quote or its key.
 #[inline]
-pub(crate) fn append(out: &mut Vec<u8>, bytes: &[u8]) {
-    if bytes.len() <= PIECE {
-        out.extend_from_slice(bytes);
+pub(crate) fn append(out: &mut String, text: &str) {
+    if text.len() <= PIECE {
+        out.push_str(text);
     } else {
-        append_long(out, bytes);
+        append_long(out, text);
     }
 }
 
@@ -178,43 +201,49 @@ pub(crate) fn append(out: &mut Vec<u8>, bytes: &[u8]) {
 /// copies it with vector moves.
 pub(crate) const PIECE: usize = 2048;
 
-/// [`append`] of a run longer than a piece.
+/// [`append`] of a run longer than a piece, cut at character boundaries
+/// (a character is at most four bytes, so no piece is empty).
 #[cold]
-fn append_long(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.reserve(bytes.len());
-    for piece in bytes.chunks(PIECE) {
-        out.extend_from_slice(piece);
+fn append_long(out: &mut String, text: &str) {
+    out.reserve(text.len());
+    let mut rest = text;
+    while !rest.is_empty() {
+        let cut = rest.floor_char_boundary(PIECE);
+        out.push_str(&rest[..cut]);
+        rest = &rest[cut..];
     }
 }
 
 /// [`escape_into`] for text that has something to escape.
 #[cold]
-fn escape_slow(out: &mut Vec<u8>, bytes: &[u8]) {
+fn escape_slow(out: &mut String, text: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut plain = 0;
-    for (at, &byte) in bytes.iter().enumerate() {
+    // Every byte escaped is ASCII, so the text between them is cut at
+    // character boundaries.
+    for (at, &byte) in text.as_bytes().iter().enumerate() {
         let short = match byte {
-            b'"' => b'"',
-            b'\\' => b'\\',
-            b'\n' => b'n',
-            b'\r' => b'r',
-            b'\t' => b't',
-            0x08 => b'b',
-            0x0c => b'f',
-            0x00..=0x1f => b'u',
+            b'"' => '"',
+            b'\\' => '\\',
+            b'\n' => 'n',
+            b'\r' => 'r',
+            b'\t' => 't',
+            0x08 => 'b',
+            0x0c => 'f',
+            0x00..=0x1f => 'u',
             _ => continue,
         };
-        append(out, &bytes[plain..at]);
+        append(out, &text[plain..at]);
         plain = at + 1;
-        out.push(b'\\');
+        out.push('\\');
         out.push(short);
-        if short == b'u' {
-            out.extend_from_slice(b"00");
-            out.push(HEX[usize::from(byte >> 4)]);
-            out.push(HEX[usize::from(byte & 0xf)]);
+        if short == 'u' {
+            out.push_str("00");
+            out.push(char::from(HEX[usize::from(byte >> 4)]));
+            out.push(char::from(HEX[usize::from(byte & 0xf)]));
         }
     }
-    append(out, &bytes[plain..]);
+    append(out, &text[plain..]);
 }
 
 /// Whether any byte of `bytes` is `"`, `\\` or a control character,
@@ -282,7 +311,7 @@ pub(crate) fn block_escapes(block: &[u8]) -> bool {
 }
 
 /// Escapes formatted text as it is written (for `collect_str`).
-struct Escaping<'a>(&'a mut Vec<u8>);
+struct Escaping<'a>(&'a mut String);
 
 impl std::fmt::Write for Escaping<'_> {
     fn write_str(&mut self, text: &str) -> std::fmt::Result {
@@ -313,7 +342,7 @@ impl Keys {
 }
 
 struct Canon<'a> {
-    out: &'a mut Vec<u8>,
+    out: &'a mut String,
     /// The entries of the objects being written, innermost last.
     entries: &'a mut Vec<Entry>,
     keys: Keys,
@@ -331,8 +360,7 @@ impl<'a> ser::Serializer for Canon<'a> {
     type SerializeStructVariant = Object<'a>;
 
     fn serialize_bool(self, v: bool) -> Result<(), Error> {
-        self.out
-            .extend_from_slice(if v { b"true" } else { b"false" });
+        self.out.push_str(if v { "true" } else { "false" });
         Ok(())
     }
 
@@ -349,7 +377,8 @@ impl<'a> ser::Serializer for Canon<'a> {
     }
 
     fn serialize_i64(self, v: i64) -> Result<(), Error> {
-        serde_json::to_writer(self.out, &v)
+        self.out.push_str(itoa::Buffer::new().format(v));
+        Ok(())
     }
 
     fn serialize_i128(self, v: i128) -> Result<(), Error> {
@@ -373,7 +402,8 @@ impl<'a> ser::Serializer for Canon<'a> {
     }
 
     fn serialize_u64(self, v: u64) -> Result<(), Error> {
-        serde_json::to_writer(self.out, &v)
+        self.out.push_str(itoa::Buffer::new().format(v));
+        Ok(())
     }
 
     fn serialize_u128(self, v: u128) -> Result<(), Error> {
@@ -388,14 +418,17 @@ impl<'a> ser::Serializer for Canon<'a> {
     fn serialize_f32(self, v: f32) -> Result<(), Error> {
         match self.keys {
             Keys::Sorted => self.serialize_f64(f64::from(v)),
-            Keys::AsGiven => serde_json::to_writer(self.out, &v),
+            Keys::AsGiven if v.is_finite() => {
+                push_number(self.out, |formatter, out| formatter.write_f32(out, v))
+            }
+            Keys::AsGiven => self.serialize_unit(),
         }
     }
 
     /// Non-finite numbers are `null`, as in a `Value`.
     fn serialize_f64(self, v: f64) -> Result<(), Error> {
         if v.is_finite() {
-            serde_json::to_writer(self.out, &v)
+            push_number(self.out, |formatter, out| formatter.write_f64(out, v))
         } else {
             self.serialize_unit()
         }
@@ -411,10 +444,10 @@ impl<'a> ser::Serializer for Canon<'a> {
 
     fn collect_str<T: std::fmt::Display + ?Sized>(self, value: &T) -> Result<(), Error> {
         use std::fmt::Write as _;
-        self.out.push(b'"');
+        self.out.push('"');
         write!(Escaping(&mut *self.out), "{value}")
             .map_err(|_| unsupported("a failing Display"))?;
-        self.out.push(b'"');
+        self.out.push('"');
         Ok(())
     }
 
@@ -435,7 +468,7 @@ impl<'a> ser::Serializer for Canon<'a> {
     }
 
     fn serialize_unit(self) -> Result<(), Error> {
-        self.out.extend_from_slice(b"null");
+        self.out.push_str("null");
         Ok(())
     }
 
@@ -467,20 +500,20 @@ impl<'a> ser::Serializer for Canon<'a> {
         variant: &'static str,
         value: &T,
     ) -> Result<(), Error> {
-        self.out.push(b'{');
+        self.out.push('{');
         write_str(self.out, variant)?;
-        self.out.push(b':');
+        self.out.push(':');
         value.serialize(Canon {
             out: &mut *self.out,
             entries: &mut *self.entries,
             keys: self.keys,
         })?;
-        self.out.push(b'}');
+        self.out.push('}');
         Ok(())
     }
 
     fn serialize_seq(self, len: Option<usize>) -> Result<Seq<'a>, Error> {
-        self.out.push(b'[');
+        self.out.push('[');
         Ok(Seq {
             out: self.out,
             entries: self.entries,
@@ -506,9 +539,9 @@ impl<'a> ser::Serializer for Canon<'a> {
         variant: &'static str,
         len: usize,
     ) -> Result<Seq<'a>, Error> {
-        self.out.push(b'{');
+        self.out.push('{');
         write_str(self.out, variant)?;
-        self.out.extend_from_slice(b":[");
+        self.out.push_str(":[");
         Ok(Seq {
             out: self.out,
             entries: self.entries,
@@ -540,15 +573,15 @@ impl<'a> ser::Serializer for Canon<'a> {
         variant: &'static str,
         len: usize,
     ) -> Result<Object<'a>, Error> {
-        self.out.push(b'{');
+        self.out.push('{');
         write_str(self.out, variant)?;
-        self.out.push(b':');
+        self.out.push(':');
         Ok(Object::open(self, Some(len), true))
     }
 }
 
 struct Seq<'a> {
-    out: &'a mut Vec<u8>,
+    out: &'a mut String,
     entries: &'a mut Vec<Entry>,
     keys: Keys,
     first: bool,
@@ -561,7 +594,7 @@ struct Seq<'a> {
 impl Seq<'_> {
     fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
         if !self.first {
-            self.out.push(b',');
+            self.out.push(',');
         }
         self.first = false;
         value.serialize(Canon {
@@ -575,9 +608,9 @@ impl Seq<'_> {
         if self.declared_empty && !self.first {
             return Err(unsupported("elements after a declared length of zero"));
         }
-        self.out.push(b']');
+        self.out.push(']');
         if self.variant {
-            self.out.push(b'}');
+            self.out.push('}');
         }
         Ok(())
     }
@@ -640,7 +673,7 @@ struct Entry {
 /// object inside one of its values lie above those and are gone again when
 /// that object closes, so no object allocates a list of its own.
 struct Object<'a> {
-    out: &'a mut Vec<u8>,
+    out: &'a mut String,
     entries: &'a mut Vec<Entry>,
     keys: Keys,
     /// Where the entries begin (just after `{`; for a raw value, where its
@@ -663,7 +696,7 @@ struct Object<'a> {
 
 impl<'a> Object<'a> {
     fn open(canon: Canon<'a>, len: Option<usize>, variant: bool) -> Object<'a> {
-        canon.out.push(b'{');
+        canon.out.push('{');
         let start = canon.out.len();
         let base = canon.entries.len();
         Object {
@@ -704,12 +737,12 @@ impl<'a> Object<'a> {
         value: &T,
     ) -> Result<(), Error> {
         if self.written > 0 {
-            self.out.push(b',');
+            self.out.push(',');
         }
         self.written += 1;
         let start = self.out.len();
         write_str(self.out, &key)?;
-        self.out.push(b':');
+        self.out.push(':');
         let mark = self.entries.len();
         let written = value.serialize(Canon {
             out: &mut *self.out,
@@ -759,7 +792,7 @@ impl<'a> Object<'a> {
                     continue;
                 }
                 if !first {
-                    self.out.push(b',');
+                    self.out.push(',');
                 }
                 first = false;
                 append(
@@ -769,9 +802,9 @@ impl<'a> Object<'a> {
             }
         }
         self.entries.truncate(self.base);
-        self.out.push(b'}');
+        self.out.push('}');
         if self.variant {
-            self.out.push(b'}');
+            self.out.push('}');
         }
         Ok(())
     }
@@ -859,7 +892,7 @@ impl ser::SerializeStructVariant for Object<'_> {
 /// goes. With sorted keys, text that is not canonical already is
 /// canonicalized; as given, it is written as it is, as serde_json does.
 struct RawText<'a> {
-    out: &'a mut Vec<u8>,
+    out: &'a mut String,
     keys: Keys,
 }
 
@@ -897,11 +930,11 @@ impl ser::Serializer for RawText<'_> {
 
     fn serialize_str(self, text: &str) -> Result<(), Error> {
         if self.keys == Keys::AsGiven || crate::payload::is_canonical(text) {
-            append(self.out, text.as_bytes());
+            append(self.out, text);
         } else {
             let payload = crate::Payload::parse_str(text)
                 .map_err(|error| <Error as ser::Error>::custom(error.to_string()))?;
-            append(self.out, payload.as_bytes());
+            append(self.out, payload.as_str());
         }
         Ok(())
     }

@@ -7,6 +7,7 @@ use serde::de::{DeserializeOwned, DeserializeSeed, MapAccess, SeqAccess, Visitor
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
+use serde_json::ser::Formatter as _;
 
 use crate::digest::{Digest, Purpose};
 
@@ -693,15 +694,15 @@ impl schemars::JsonSchema for Payload {
 /// keys sorted), rejecting duplicate object keys (serde_json alone keeps
 /// the last duplicate silently).
 struct StrictText<'a> {
-    out: &'a mut Vec<u8>,
+    out: &'a mut String,
 }
 
 impl StrictText<'_> {
     /// The canonical text of whatever `deserializer` holds.
     fn read<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
-        let mut out = Vec::with_capacity(64);
+        let mut out = String::with_capacity(64);
         StrictText { out: &mut out }.deserialize(deserializer)?;
-        String::from_utf8(out).map_err(|_| serde::de::Error::custom("non-UTF-8 text"))
+        Ok(out)
     }
 }
 
@@ -721,17 +722,18 @@ impl<'de> Visitor<'de> for StrictText<'_> {
     }
 
     fn visit_bool<E>(self, value: bool) -> Result<(), E> {
-        self.out
-            .extend_from_slice(if value { b"true" } else { b"false" });
+        self.out.push_str(if value { "true" } else { "false" });
         Ok(())
     }
 
-    fn visit_i64<E: serde::de::Error>(self, value: i64) -> Result<(), E> {
-        serde_json::to_writer(self.out, &value).map_err(E::custom)
+    fn visit_i64<E>(self, value: i64) -> Result<(), E> {
+        self.out.push_str(itoa::Buffer::new().format(value));
+        Ok(())
     }
 
-    fn visit_u64<E: serde::de::Error>(self, value: u64) -> Result<(), E> {
-        serde_json::to_writer(self.out, &value).map_err(E::custom)
+    fn visit_u64<E>(self, value: u64) -> Result<(), E> {
+        self.out.push_str(itoa::Buffer::new().format(value));
+        Ok(())
     }
 
     /// As a `serde_json::Number` writes it; non-finite numbers are refused.
@@ -739,7 +741,8 @@ impl<'de> Visitor<'de> for StrictText<'_> {
         if !value.is_finite() {
             return Err(E::custom("non-finite number"));
         }
-        serde_json::to_writer(self.out, &value).map_err(E::custom)
+        crate::canonical::push_number(self.out, |formatter, out| formatter.write_f64(out, value))
+            .map_err(E::custom)
     }
 
     fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<(), E> {
@@ -747,12 +750,12 @@ impl<'de> Visitor<'de> for StrictText<'_> {
     }
 
     fn visit_unit<E>(self) -> Result<(), E> {
-        self.out.extend_from_slice(b"null");
+        self.out.push_str("null");
         Ok(())
     }
 
     fn visit_none<E>(self) -> Result<(), E> {
-        self.out.extend_from_slice(b"null");
+        self.out.push_str("null");
         Ok(())
     }
 
@@ -761,12 +764,12 @@ impl<'de> Visitor<'de> for StrictText<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        self.out.push(b'[');
+        self.out.push('[');
         let mut first = true;
         loop {
             let mark = self.out.len();
             if !first {
-                self.out.push(b',');
+                self.out.push(',');
             }
             if seq
                 .next_element_seed(StrictText {
@@ -779,24 +782,24 @@ impl<'de> Visitor<'de> for StrictText<'_> {
             }
             first = false;
         }
-        self.out.push(b']');
+        self.out.push(']');
         Ok(())
     }
 
     /// Writes the entries as they come, then puts them in key order if they
     /// came in another; a repeated key is an error.
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        self.out.push(b'{');
+        self.out.push('{');
         let start = self.out.len();
         let mut entries: Vec<(String, usize, usize)> = Vec::new();
         let mut in_order = true;
         while let Some(key) = map.next_key::<String>()? {
             if !entries.is_empty() {
-                self.out.push(b',');
+                self.out.push(',');
             }
             let from = self.out.len();
             crate::canonical::write_str(self.out, &key).map_err(serde::de::Error::custom)?;
-            self.out.push(b':');
+            self.out.push(':');
             map.next_value_seed(StrictText {
                 out: &mut *self.out,
             })?;
@@ -816,13 +819,12 @@ impl<'de> Visitor<'de> for StrictText<'_> {
             let written = self.out.split_off(start);
             for (index, (_, from, to)) in entries.iter().enumerate() {
                 if index > 0 {
-                    self.out.push(b',');
+                    self.out.push(',');
                 }
-                self.out
-                    .extend_from_slice(&written[from - start..to - start]);
+                self.out.push_str(&written[from - start..to - start]);
             }
         }
-        self.out.push(b'}');
+        self.out.push('}');
         Ok(())
     }
 }

@@ -31,17 +31,26 @@ fn needs_escape_finds_every_byte_at_every_position() {
     }
 }
 
-/// A long run goes in pieces, at any offset, and arrives whole.
+/// A long run goes in pieces cut at character boundaries, at any offset,
+/// and arrives whole, whatever the width of the characters a piece would
+/// end inside.
 #[test]
 fn long_runs_are_appended_whole_at_any_offset() {
-    let run: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
-    for offset in [0, 1, 7, 8, 9, 63, 4095] {
-        for len in [0, 1, 2047, 2048, 2049, 4097, 10_000] {
-            let mut out = vec![b'x'; offset];
-            append(&mut out, &run[..len]);
-            assert_eq!(out.len(), offset + len);
-            assert!(out[..offset].iter().all(|&b| b == b'x'));
-            assert_eq!(&out[offset..], &run[..len], "{len} bytes after {offset}");
+    for filler in ["a", "é", "€", "𝄞", "ab€"] {
+        let run: String = std::iter::repeat_n(filler, 10_000 / filler.len() + 1).collect();
+        for offset in [0, 1, 7, 8, 9, 63, 4095] {
+            for chars in [0, 1, 2047, 2048, 2049, 4097, 10_000] {
+                let end = run.floor_char_boundary(chars);
+                let mut out = "x".repeat(offset);
+                append(&mut out, &run[..end]);
+                assert_eq!(out.len(), offset + end);
+                assert!(out[..offset].bytes().all(|b| b == b'x'));
+                assert_eq!(
+                    &out[offset..],
+                    &run[..end],
+                    "{end} bytes of {filler:?} after {offset}"
+                );
+            }
         }
     }
 }
@@ -82,9 +91,9 @@ proptest! {
             }
         }
         let text: String = chars.into_iter().collect();
-        let mut out = Vec::new();
+        let mut out = String::new();
         write_str(&mut out, &text).unwrap();
-        prop_assert_eq!(&out, &serde_json::to_vec(&text).unwrap());
+        prop_assert_eq!(&out, &serde_json::to_string(&text).unwrap());
         // And inside a value, as a snapshot writes it.
         let value = serde_json::json!({"text": text, "n": 1});
         let written = to_text(&value).unwrap();
@@ -94,9 +103,9 @@ proptest! {
     /// Escaped text is what serde_json writes.
     #[test]
     fn strings_escape_as_serde_json_does(text in "(\\PC|[\\x00-\\x1f\"\\\\])*") {
-        let mut out = Vec::new();
+        let mut out = String::new();
         write_str(&mut out, &text).unwrap();
-        prop_assert_eq!(out, serde_json::to_vec(&text).unwrap());
+        prop_assert_eq!(out, serde_json::to_string(&text).unwrap());
     }
 
     /// Compact text is serde_json's, byte for byte, for any value

@@ -46,8 +46,6 @@ pub struct PayloadWriter {
     /// The last key of every open object, one after another: each object's
     /// key starts at its `keys` mark and runs to the next object's mark.
     keys: String,
-    /// Scratch space for escaping a string.
-    scratch: Vec<u8>,
     /// The deepest nesting of the text written so far.
     deepest: usize,
     /// Whether the one top-level value is complete.
@@ -224,7 +222,7 @@ impl PayloadWriter {
         *awaiting = true;
         self.keys.truncate(*mark);
         self.keys.push_str(key);
-        write_string(&mut self.out, &mut self.scratch, key);
+        write_string(&mut self.out, key);
         self.out.push(':');
         Ok(())
     }
@@ -232,7 +230,7 @@ impl PayloadWriter {
     /// Writes a payload's canonical text as the next value.
     pub fn value(&mut self, payload: &Payload) -> Result<(), WriteError> {
         self.start_value(payload.depth())?;
-        push_run(&mut self.out, payload.as_str());
+        crate::canonical::append(&mut self.out, payload.as_str());
         self.end_value();
         Ok(())
     }
@@ -240,7 +238,7 @@ impl PayloadWriter {
     /// Writes a string, escaped as serde_json escapes it, as the next value.
     pub fn string(&mut self, text: &str) -> Result<(), WriteError> {
         self.start_value(0)?;
-        write_string(&mut self.out, &mut self.scratch, text);
+        write_string(&mut self.out, text);
         self.end_value();
         Ok(())
     }
@@ -373,12 +371,12 @@ impl Payload {
         }
         let mut out = String::with_capacity(text.len() + key.len() + value.len() + 8);
         out.push('{');
-        write_string(&mut out, &mut Vec::with_capacity(key.len() + 2), key);
+        write_string(&mut out, key);
         out.push(':');
-        push_run(&mut out, value.as_str());
+        crate::canonical::append(&mut out, value.as_str());
         if !members.is_empty() {
             out.push(',');
-            push_run(&mut out, members);
+            crate::canonical::append(&mut out, members);
         }
         out.push('}');
         let payload = Payload::from_canonical(out.into_boxed_str())?;
@@ -405,29 +403,7 @@ fn first_key(members: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// Appends a payload's text, a long one in pieces of at most 2 KiB cut at
-/// character boundaries, for the reason [`crate::canonical::append`] gives.
-fn push_run(out: &mut String, text: &str) {
-    use crate::canonical::PIECE;
-    if text.len() <= PIECE {
-        out.push_str(text);
-        return;
-    }
-    out.reserve(text.len());
-    let mut rest = text;
-    while !rest.is_empty() {
-        // A character is at most four bytes, so a piece is never empty.
-        let cut = rest.floor_char_boundary(PIECE);
-        out.push_str(&rest[..cut]);
-        rest = &rest[cut..];
-    }
-}
-
 /// Writes `text` as a JSON string exactly as serde_json does.
-fn write_string(out: &mut String, scratch: &mut Vec<u8>, text: &str) {
-    scratch.clear();
-    crate::canonical::write_str(scratch, text).expect("writing to a buffer does not fail");
-    // Escaping only replaces ASCII bytes with ASCII text, so the result is
-    // UTF-8; it is checked anyway (the check is over one short string).
-    out.push_str(std::str::from_utf8(scratch).expect("escaped UTF-8 is UTF-8"));
+fn write_string(out: &mut String, text: &str) {
+    crate::canonical::write_str(out, text).expect("writing to a string does not fail");
 }
