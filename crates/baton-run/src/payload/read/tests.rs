@@ -372,6 +372,19 @@ proptest! {
     }
 }
 
+proptest! {
+    /// Any text at all, JSON or not: the reader never panics, and what it
+    /// answers is serde_json's answer.
+    #[test]
+    fn any_text_at_all_reads_as_serde_json_reads_it(
+        text in "([\\[\\]{}:,\" \\\\/0-9eE+.-]|null|true|false|\\\\u[0-9a-fA-F]{4}|\\PC|[\\x00-\\x1f])*",
+    ) {
+        check_as::<Value>(&text)?;
+        check_as::<Vec<Shape>>(&text)?;
+        check_as::<BTreeMap<u32, Option<String>>>(&text)?;
+    }
+}
+
 /// Whatever the reader answers for `text` as `T` is serde_json's value.
 fn check_as<T>(text: &str) -> Result<(), TestCaseError>
 where
