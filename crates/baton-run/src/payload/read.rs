@@ -63,6 +63,9 @@ impl de::Error for Miss {
 
 type Result<T> = std::result::Result<T, Miss>;
 
+/// serde_json's deserializer over a number's text.
+type Json<'de> = serde_json::Deserializer<serde_json::de::StrRead<'de>>;
+
 struct Reader<'de> {
     text: &'de str,
     at: usize,
@@ -99,6 +102,18 @@ impl<'de> Reader<'de> {
         } else {
             Err(Miss)
         }
+    }
+
+    /// Whether a container whose closing byte is `close` holds another
+    /// element or entry, past the comma before it unless it is the first.
+    fn another(&mut self, close: u8, first: &mut bool) -> Result<bool> {
+        if self.peek() == Some(close) {
+            return Ok(false);
+        }
+        if !std::mem::take(first) {
+            self.eat(b',')?;
+        }
+        Ok(true)
     }
 
     /// Enters a container, within the depth allowed.
@@ -170,10 +185,7 @@ impl<'de> Reader<'de> {
     fn number<V: Visitor<'de>>(
         &mut self,
         visitor: V,
-        forward: impl FnOnce(
-            &mut serde_json::Deserializer<serde_json::de::StrRead<'de>>,
-            V,
-        ) -> serde_json::Result<V::Value>,
+        forward: impl FnOnce(&mut Json<'de>, V) -> serde_json::Result<V::Value>,
     ) -> Result<V::Value> {
         let end = self.number_end();
         let digits = &self.text.as_bytes()[self.at..end];
@@ -190,6 +202,22 @@ impl<'de> Reader<'de> {
             },
             _ => Err(Miss),
         }?;
+        self.at = end;
+        Ok(value)
+    }
+
+    /// A number at the current position handed whole to serde_json with
+    /// `forward`.
+    fn forwarded<V: Visitor<'de>>(
+        &mut self,
+        visitor: V,
+        forward: impl FnOnce(&mut Json<'de>, V) -> serde_json::Result<V::Value>,
+    ) -> Result<V::Value> {
+        if !matches!(self.peek(), Some(b'-' | b'0'..=b'9')) {
+            return Err(Miss);
+        }
+        let end = self.number_end();
+        let value = forward_number(&self.text[self.at..end], visitor, forward)?;
         self.at = end;
         Ok(value)
     }
@@ -250,10 +278,7 @@ fn integer(digits: &[u8]) -> Option<u64> {
 fn forward_number<'de, V: Visitor<'de>>(
     text: &'de str,
     visitor: V,
-    forward: impl FnOnce(
-        &mut serde_json::Deserializer<serde_json::de::StrRead<'de>>,
-        V,
-    ) -> serde_json::Result<V::Value>,
+    forward: impl FnOnce(&mut Json<'de>, V) -> serde_json::Result<V::Value>,
 ) -> Result<V::Value> {
     let mut json = serde_json::Deserializer::from_str(text);
     let value = forward(&mut json, visitor).map_err(|_| Miss)?;
@@ -285,6 +310,27 @@ fn unescape(bytes: &[u8]) -> Option<(char, usize)> {
         _ => return None,
     };
     Some((simple, 1))
+}
+
+/// The numeric hints, each read as serde_json's `deserialize_number`
+/// reads it (see [`Reader::number`]), the same hint passed on to serde_json
+/// for what the reader leaves.
+macro_rules! numbers {
+    ($($method:ident)*) => {
+        $(fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+            self.number(visitor, |json, visitor| de::Deserializer::$method(json, visitor))
+        })*
+    };
+}
+
+/// The numeric hints of a key, each the integer inside its quotes (see
+/// [`Key::integer`]).
+macro_rules! integer_keys {
+    ($($method:ident)*) => {
+        $(fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+            self.integer(visitor)
+        })*
+    };
 }
 
 impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
@@ -327,89 +373,23 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
         }
     }
 
-    fn deserialize_i8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.number(visitor, |json, visitor| {
-            de::Deserializer::deserialize_i8(json, visitor)
-        })
-    }
-
-    fn deserialize_i16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.number(visitor, |json, visitor| {
-            de::Deserializer::deserialize_i16(json, visitor)
-        })
-    }
-
-    fn deserialize_i32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.number(visitor, |json, visitor| {
-            de::Deserializer::deserialize_i32(json, visitor)
-        })
-    }
-
-    fn deserialize_i64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.number(visitor, |json, visitor| {
-            de::Deserializer::deserialize_i64(json, visitor)
-        })
-    }
-
-    fn deserialize_u8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.number(visitor, |json, visitor| {
-            de::Deserializer::deserialize_u8(json, visitor)
-        })
-    }
-
-    fn deserialize_u16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.number(visitor, |json, visitor| {
-            de::Deserializer::deserialize_u16(json, visitor)
-        })
-    }
-
-    fn deserialize_u32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.number(visitor, |json, visitor| {
-            de::Deserializer::deserialize_u32(json, visitor)
-        })
-    }
-
-    fn deserialize_u64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.number(visitor, |json, visitor| {
-            de::Deserializer::deserialize_u64(json, visitor)
-        })
-    }
-
-    fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.number(visitor, |json, visitor| {
-            de::Deserializer::deserialize_f32(json, visitor)
-        })
-    }
-
-    fn deserialize_f64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.number(visitor, |json, visitor| {
-            de::Deserializer::deserialize_f64(json, visitor)
-        })
+    numbers! {
+        deserialize_i8 deserialize_i16 deserialize_i32 deserialize_i64
+        deserialize_u8 deserialize_u16 deserialize_u32 deserialize_u64
+        deserialize_f32 deserialize_f64
     }
 
     /// serde_json reads 128-bit integers its own way; all of them go to it.
     fn deserialize_i128<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        if !matches!(self.peek(), Some(b'-' | b'0'..=b'9')) {
-            return Err(Miss);
-        }
-        let end = self.number_end();
-        let value = forward_number(&self.text[self.at..end], visitor, |json, visitor| {
+        self.forwarded(visitor, |json, visitor| {
             de::Deserializer::deserialize_i128(json, visitor)
-        })?;
-        self.at = end;
-        Ok(value)
+        })
     }
 
     fn deserialize_u128<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        if !matches!(self.peek(), Some(b'-' | b'0'..=b'9')) {
-            return Err(Miss);
-        }
-        let end = self.number_end();
-        let value = forward_number(&self.text[self.at..end], visitor, |json, visitor| {
+        self.forwarded(visitor, |json, visitor| {
             de::Deserializer::deserialize_u128(json, visitor)
-        })?;
-        self.at = end;
-        Ok(value)
+        })
     }
 
     fn deserialize_char<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
@@ -546,11 +526,8 @@ impl<'de> de::SeqAccess<'de> for Elements<'_, 'de> {
     type Error = Miss;
 
     fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>> {
-        if self.reader.peek() == Some(b']') {
+        if !self.reader.another(b']', &mut self.first)? {
             return Ok(None);
-        }
-        if !std::mem::take(&mut self.first) {
-            self.reader.eat(b',')?;
         }
         seed.deserialize(&mut *self.reader).map(Some)
     }
@@ -566,11 +543,8 @@ impl<'de> de::MapAccess<'de> for Entries<'_, 'de> {
     type Error = Miss;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>> {
-        if self.reader.peek() == Some(b'}') {
+        if !self.reader.another(b'}', &mut self.first)? {
             return Ok(None);
-        }
-        if !std::mem::take(&mut self.first) {
-            self.reader.eat(b',')?;
         }
         if self.reader.peek() != Some(b'"') {
             return Err(Miss);
@@ -620,44 +594,10 @@ impl<'de> de::Deserializer<'de> for Key<'_, 'de> {
         self.reader.visit_string(visitor)
     }
 
-    fn deserialize_i8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.integer(visitor)
-    }
-
-    fn deserialize_i16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.integer(visitor)
-    }
-
-    fn deserialize_i32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.integer(visitor)
-    }
-
-    fn deserialize_i64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.integer(visitor)
-    }
-
-    fn deserialize_u8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.integer(visitor)
-    }
-
-    fn deserialize_u16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.integer(visitor)
-    }
-
-    fn deserialize_u32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.integer(visitor)
-    }
-
-    fn deserialize_u64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.integer(visitor)
-    }
-
-    fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.integer(visitor)
-    }
-
-    fn deserialize_f64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        self.integer(visitor)
+    integer_keys! {
+        deserialize_i8 deserialize_i16 deserialize_i32 deserialize_i64
+        deserialize_u8 deserialize_u16 deserialize_u32 deserialize_u64
+        deserialize_f32 deserialize_f64
     }
 
     fn deserialize_i128<V: Visitor<'de>>(self, _: V) -> Result<V::Value> {
