@@ -118,6 +118,26 @@ proptest! {
         }
     }
 
+    /// Payload text from anywhere, decoded as a `Value` and as typed
+    /// values: `Payload::decode` (which reads canonical text its own way
+    /// first) answers exactly what serde_json answers for the same text,
+    /// the value or the error's message.
+    #[test]
+    fn fuzz_payload_decodes(text in fuzz::text(vec![
+        r#"{"a":[1,2.5,-3e10,true,null],"b":"x\u00e9\n\"","c":{"d":{}}}"#.to_owned(),
+        r#"{"Newtype":7,"list":[-1,0,18446744073709551615],"name":"n","opt":null}"#.to_owned(),
+        r#"["Unit",{"Tuple":[1,"a"]},{"Struct":{"flag":true}},"\u0001"]"#.to_owned(),
+        r#"{"1":"one","-2":"minus two","x":{"y":[[],{}]}}"#.to_owned(),
+    ])) {
+        if let Ok(payload) = Payload::parse_str(&text) {
+            same_as_serde_json::<serde_json::Value>(&payload)?;
+            same_as_serde_json::<Vec<Shape>>(&payload)?;
+            same_as_serde_json::<std::collections::BTreeMap<String, Shape>>(&payload)?;
+            same_as_serde_json::<std::collections::BTreeMap<i64, String>>(&payload)?;
+            same_as_serde_json::<Named>(&payload)?;
+        }
+    }
+
     /// Payload text from anywhere: a payload that parses is canonical and
     /// reads back to itself.
     #[test]
@@ -223,4 +243,39 @@ proptest! {
             );
         }
     }
+}
+
+/// Variants of every kind, for [`fuzz_payload_decodes`].
+#[derive(Debug, PartialEq, serde::Deserialize)]
+enum Shape {
+    Unit,
+    Newtype(u64),
+    Tuple(i8, String),
+    Struct { flag: bool },
+}
+
+/// A struct with optional, defaulted and nested members, for
+/// [`fuzz_payload_decodes`].
+#[derive(Debug, PartialEq, serde::Deserialize)]
+struct Named {
+    name: String,
+    opt: Option<Box<Named>>,
+    #[serde(default)]
+    list: Vec<i64>,
+    #[serde(flatten)]
+    rest: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
+/// `payload.decode::<T>()` is serde_json's answer for the payload's text.
+fn same_as_serde_json<T>(payload: &Payload) -> Result<(), TestCaseError>
+where
+    T: serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+{
+    let expected = serde_json::from_str::<T>(payload.as_str()).map_err(|error| error.to_string());
+    let decoded = payload.decode::<T>().map_err(|error| match error {
+        baton_run::PayloadError::Decode { message } => message,
+        other => other.to_string(),
+    });
+    prop_assert_eq!(decoded, expected, "{}", payload.as_str());
+    Ok(())
 }
