@@ -60,6 +60,8 @@ mod protocol;
 mod rows;
 mod storage;
 mod tagged;
+#[cfg(test)]
+mod test_json;
 
 pub use budget::{Budget, Capabilities, Dimension, Meters, Quota, TreeLimits, Usage};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};

@@ -3,6 +3,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::test_json::value;
 
 fn needs_escape_naive(bytes: &[u8]) -> bool {
     bytes
@@ -117,25 +118,6 @@ proptest! {
             serde_json::to_vec(&value).unwrap()
         );
     }
-}
-
-fn value() -> impl Strategy<Value = serde_json::Value> {
-    use serde_json::Value;
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(Value::from),
-        any::<u64>().prop_map(Value::from),
-        any::<f64>().prop_map(Value::from),
-        "(\\PC|[\\x00-\\x1f\"\\\\/])*".prop_map(Value::String),
-    ];
-    leaf.prop_recursive(3, 32, 5, |inner| {
-        prop_oneof![
-            proptest::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
-            proptest::collection::btree_map("(\\PC|[\\x00-\\x1f\"])*", inner, 0..5)
-                .prop_map(|map| Value::Object(map.into_iter().collect())),
-        ]
-    })
 }
 
 /// Every shape serde gives a serializer, each in the compact text
