@@ -132,12 +132,11 @@ fn unsupported(what: &str) -> Error {
 }
 
 /// Writes a JSON string exactly as serde_json escapes it.
-pub(crate) fn write_str(out: &mut String, text: &str) -> Result<(), Error> {
+pub(crate) fn write_str(out: &mut String, text: &str) {
     out.reserve(text.len() + 2);
     out.push('"');
     escape_into(out, text);
     out.push('"');
-    Ok(())
 }
 
 /// Appends a float as serde_json writes it: `write` calls serde_json's own
@@ -439,7 +438,8 @@ impl<'a> ser::Serializer for Canon<'a> {
     }
 
     fn serialize_str(self, v: &str) -> Result<(), Error> {
-        write_str(self.out, v)
+        write_str(self.out, v);
+        Ok(())
     }
 
     fn collect_str<T: std::fmt::Display + ?Sized>(self, value: &T) -> Result<(), Error> {
@@ -501,7 +501,7 @@ impl<'a> ser::Serializer for Canon<'a> {
         value: &T,
     ) -> Result<(), Error> {
         self.out.push('{');
-        write_str(self.out, variant)?;
+        write_str(self.out, variant);
         self.out.push(':');
         value.serialize(Canon {
             out: &mut *self.out,
@@ -540,7 +540,7 @@ impl<'a> ser::Serializer for Canon<'a> {
         len: usize,
     ) -> Result<Seq<'a>, Error> {
         self.out.push('{');
-        write_str(self.out, variant)?;
+        write_str(self.out, variant);
         self.out.push_str(":[");
         Ok(Seq {
             out: self.out,
@@ -574,7 +574,7 @@ impl<'a> ser::Serializer for Canon<'a> {
         len: usize,
     ) -> Result<Object<'a>, Error> {
         self.out.push('{');
-        write_str(self.out, variant)?;
+        write_str(self.out, variant);
         self.out.push(':');
         Ok(Object::open(self, Some(len), true))
     }
@@ -741,7 +741,7 @@ impl<'a> Object<'a> {
         }
         self.written += 1;
         let start = self.out.len();
-        write_str(self.out, &key)?;
+        write_str(self.out, &key);
         self.out.push(':');
         let mark = self.entries.len();
         let written = value.serialize(Canon {

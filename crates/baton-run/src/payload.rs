@@ -746,7 +746,8 @@ impl<'de> Visitor<'de> for StrictText<'_> {
     }
 
     fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<(), E> {
-        crate::canonical::write_str(self.out, value).map_err(E::custom)
+        crate::canonical::write_str(self.out, value);
+        Ok(())
     }
 
     fn visit_unit<E>(self) -> Result<(), E> {
@@ -798,7 +799,7 @@ impl<'de> Visitor<'de> for StrictText<'_> {
                 self.out.push(',');
             }
             let from = self.out.len();
-            crate::canonical::write_str(self.out, &key).map_err(serde::de::Error::custom)?;
+            crate::canonical::write_str(self.out, &key);
             self.out.push(':');
             map.next_value_seed(StrictText {
                 out: &mut *self.out,

@@ -222,7 +222,7 @@ impl PayloadWriter {
         *awaiting = true;
         self.keys.truncate(*mark);
         self.keys.push_str(key);
-        write_string(&mut self.out, key);
+        crate::canonical::write_str(&mut self.out, key);
         self.out.push(':');
         Ok(())
     }
@@ -238,7 +238,7 @@ impl PayloadWriter {
     /// Writes a string, escaped as serde_json escapes it, as the next value.
     pub fn string(&mut self, text: &str) -> Result<(), WriteError> {
         self.start_value(0)?;
-        write_string(&mut self.out, text);
+        crate::canonical::write_str(&mut self.out, text);
         self.end_value();
         Ok(())
     }
@@ -371,7 +371,7 @@ impl Payload {
         }
         let mut out = String::with_capacity(text.len() + key.len() + value.len() + 8);
         out.push('{');
-        write_string(&mut out, key);
+        crate::canonical::write_str(&mut out, key);
         out.push(':');
         crate::canonical::append(&mut out, value.as_str());
         if !members.is_empty() {
@@ -401,9 +401,4 @@ fn first_key(members: &str) -> std::borrow::Cow<'_, str> {
             )
         }
     }
-}
-
-/// Writes `text` as a JSON string exactly as serde_json does.
-fn write_string(out: &mut String, text: &str) {
-    crate::canonical::write_str(out, text).expect("writing to a string does not fail");
 }
