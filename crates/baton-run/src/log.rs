@@ -19,6 +19,10 @@ use crate::payload::Payload;
 use crate::protocol::{ExecutionState, ProgramRef, Settlement, Signal, Transition};
 use crate::tagged;
 
+mod change;
+
+pub use change::StateChange;
+
 /// The kind of a record, stored beside its body for listing and fault injection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -139,8 +143,14 @@ pub enum RecordBody {
         process: ProcessId,
         /// The step's number (from 0).
         step: u64,
-        /// The adopted execution state.
-        state: ExecutionState,
+        /// The adopted execution state, whole; absent when `state_change`
+        /// holds it (a record holds exactly one of the two).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        state: Option<ExecutionState>,
+        /// The adopted execution state as its change from the process's
+        /// state before the step (a large state's small change).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        state_change: Option<StateChange>,
         /// The transition (consumed count, effects, output or failure).
         transition: Transition,
     },
@@ -317,6 +327,18 @@ pub enum Delivery {
 }
 
 impl RecordBody {
+    /// Bytes of state folding this body builds beyond its own: the whole
+    /// state a step recorded as a change makes (0 for any other body).
+    pub fn folded_state_bytes(&self) -> u64 {
+        match self {
+            RecordBody::StepAdopted {
+                state_change: Some(change),
+                ..
+            } => change.state_bytes(),
+            _ => 0,
+        }
+    }
+
     /// The record kind.
     pub fn kind(&self) -> RecordKind {
         match self {

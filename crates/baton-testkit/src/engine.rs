@@ -180,6 +180,11 @@ pub async fn engine_conformance<S: Store>(factory: impl Fn() -> S) {
     )
     .await;
     scenario(
+        "a large state recorded as its changes is rebuilt by recovery",
+        recovery::a_large_state_recorded_as_its_changes_is_rebuilt_by_recovery(fresh),
+    )
+    .await;
+    scenario(
         "a forced takeover stops the old engine without writing",
         recovery::a_forced_takeover_stops_the_old_engine_without_writing(fresh),
     )

@@ -69,7 +69,8 @@ pub(super) fn step(tree: TreeId, seq: u64, prev: Digest, state: &str) -> Record 
     let body = RecordBody::StepAdopted {
         process: tree,
         step: seq,
-        state: ExecutionState(Payload::encode(state).expect("encodes")),
+        state: Some(ExecutionState(Payload::encode(state).expect("encodes"))),
+        state_change: None,
         transition: Transition::Continue {
             consumed: 0,
             effects: Vec::new(),

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use baton_run::dispatch::ReplayPolicy;
-use baton_run::log::RecordKind;
+use baton_run::log::{RecordBody, RecordKind};
 use baton_run::store::{ListFilter, TreeStatus};
 use baton_run::{
     Engine, EngineConfig, Payload, RecoverOptions, RuntimeError, Settlement, SignalError, SignalId,
@@ -280,6 +280,84 @@ pub(super) async fn a_tree_recovers_from_its_latest_snapshot_and_the_records_aft
     };
     assert_eq!(handle.signal(answer).await, Ok(SignalReceipt::Admitted));
     assert_eq!(handle.output().await.expect("completes"), json!(false));
+}
+
+/// A step that changes a small part of a large state is recorded as that
+/// change; a fresh engine rebuilds the whole state from the start's state
+/// and the changes, steps on from it, and verifies the log.
+pub(super) async fn a_large_state_recorded_as_its_changes_is_rebuilt_by_recovery(
+    fresh: &Fresh<'_>,
+) {
+    let ask = program(Kind::Ask, None);
+    let store = fresh();
+    let first = engine(store.clone(), &[&ask]);
+    let question = "a long question ".repeat(2_000);
+    let handle = first
+        .start(&ask, request("large", &question))
+        .await
+        .expect("starts");
+    let wait = open_wait(&handle).await;
+    let tree = handle.tree();
+    // The Ask program's state once it waits (its second step, after the one
+    // that opened the wait), as its `State` writes it.
+    let waiting = json!({"input": question, "kind": "Ask", "phase": 2, "wait": wait});
+    let root_state = |capture: baton_run::TreeCapture| {
+        capture.state.to_value()["processes"][tree.to_string()]["state"].clone()
+    };
+    let changes: Vec<_> = records(&*store, tree)
+        .await
+        .iter()
+        .filter_map(|record| match record.decode().expect("decodes") {
+            RecordBody::StepAdopted {
+                state,
+                state_change,
+                ..
+            } => Some((state, state_change)),
+            _ => None,
+        })
+        .collect();
+    assert!(!changes.is_empty(), "the process stepped");
+    for (state, change) in &changes {
+        assert!(
+            state.is_none(),
+            "a step's record does not hold the large state whole"
+        );
+        let change = change.as_ref().expect("the step's record holds its change");
+        assert!(change.text.len() < 200, "the change is small: {change:?}");
+    }
+    drop(first);
+
+    let second = engine(store.clone(), &[&ask]);
+    second
+        .recover(RecoverOptions::default())
+        .await
+        .expect("recovers");
+    let handle = second
+        .process::<Value>(&scope(), tree)
+        .await
+        .expect("attached");
+    let recovered = root_state(second.capture(&scope(), tree).await.expect("captures"));
+    // Compared without printing 32 KB of question when they differ.
+    let (same, recovered_len) = (recovered == waiting, recovered.to_string().len());
+    assert!(
+        same,
+        "the recovered state is the whole state the step made: {recovered_len} bytes, {:?}, {:?}",
+        recovered.get("phase"),
+        recovered.get("wait")
+    );
+    let answer = SignalRequest {
+        id: SignalId::new("answer").expect("valid"),
+        wait: Some(wait),
+        payload: Payload::encode(&true).expect("encodes"),
+    };
+    assert_eq!(handle.signal(answer).await, Ok(SignalReceipt::Admitted));
+    assert_eq!(handle.output().await.expect("completes"), json!(true));
+    let report = second.verify(&scope(), tree).await.expect("verifies");
+    assert_eq!(
+        report.head_seq,
+        records(&*store, tree).await.last().expect("records").seq,
+        "the whole log folds"
+    );
 }
 
 pub(super) async fn a_forced_takeover_stops_the_old_engine_without_writing(fresh: &Fresh<'_>) {

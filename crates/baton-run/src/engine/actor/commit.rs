@@ -93,12 +93,13 @@ impl Actor {
         }
         let bodies = std::mem::take(&mut self.staged);
         let mut records = Vec::with_capacity(bodies.len());
-        let mut written = 0u64;
+        let (mut written, mut folded) = (0u64, 0u64);
         let (mut seq, mut prev) = (self.owner.head_seq, self.owner.head);
         for body in &bodies {
             seq += 1;
             let record = Record::seal(seq, prev, body);
             written += record.body.len() as u64;
+            folded += record.body.len() as u64 + body.folded_state_bytes();
             prev = record.hash;
             records.push(record);
         }
@@ -110,12 +111,15 @@ impl Actor {
         let meta = self.state.meta_with(now, status);
         let pace = &mut self.owner.snapshots;
         pace.records += bodies.len() as u64;
-        pace.bytes += written;
+        pace.bytes += folded;
         // Snapshot after `snapshot_every` records, but never write more
         // snapshot bytes than a quarter of the log bytes since the last one:
         // a large tree then snapshots less often, its snapshots cost at most
         // a quarter of what its log costs, and a recovery folds a tail of at
-        // most four times the snapshot's size.
+        // most four times the snapshot's size. A step recorded as a change
+        // counts as the whole state the fold builds from it, so a large
+        // state's small changes do not put off the snapshot a recovery
+        // would fold them onto.
         let snapshot_due = pace.records >= self.engine.snapshot_every
             && pace.bytes >= SNAPSHOT_LOG_RATIO * pace.last_size;
         // The commit that ends the tree gives up the lease with it, unless a

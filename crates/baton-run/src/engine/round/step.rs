@@ -8,7 +8,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use crate::budget::Dimension;
 use crate::failure::{Failure, FailureKind, StepError};
 use crate::ids::ProcessId;
-use crate::log::RecordBody;
+use crate::log::{RecordBody, StateChange};
 use crate::payload::Payload;
 use crate::protocol::{Effect, Execution, ExecutionState, Program, Signal, Transition};
 
@@ -165,11 +165,17 @@ pub(in crate::engine) fn step(
     // A waiting process holds no execution in memory; it is restored from
     // its recorded state when woken.
     let keep = matches!(transition, Transition::Continue { .. }).then_some(restored);
+    // A large state is recorded as its change when that is small.
+    let (state, state_change) = match StateChange::between(&process.state, &state) {
+        Some(change) => (None, Some(change)),
+        None => (Some(state), None),
+    };
     Stepped {
         record: RecordBody::StepAdopted {
             process: id,
             step,
             state,
+            state_change,
             transition,
         },
         keep,

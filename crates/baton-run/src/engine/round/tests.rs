@@ -112,7 +112,8 @@ fn declare(tree: &mut TreeState, id: ProcessId, effects: Vec<Effect>) -> Vec<Eff
     let body = RecordBody::StepAdopted {
         process: id,
         step,
-        state: ExecutionState(Payload::null()),
+        state: Some(ExecutionState(Payload::null())),
+        state_change: None,
         transition: Transition::Continue {
             consumed: 0,
             effects,

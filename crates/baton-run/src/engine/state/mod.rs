@@ -685,10 +685,20 @@ impl TreeState {
                 process,
                 step,
                 state,
+                state_change,
                 transition,
             } => {
                 let id = *process;
                 let process = self.process_mut(id)?;
+                let adopted = match (state, state_change) {
+                    (Some(state), None) => state.clone(),
+                    (None, Some(change)) => change.apply(&process.state).map_err(ApplyError)?,
+                    _ => {
+                        return inconsistent(
+                            "a step's record holds its state whole or as a change, not both or neither",
+                        );
+                    }
+                };
                 if *step != process.steps {
                     return inconsistent(format!(
                         "step {step} out of order (expected {})",
@@ -706,7 +716,7 @@ impl TreeState {
                 process.consumed += consumed as u64;
                 process.steps += 1;
                 process.usage.steps += 1;
-                process.state = state.clone();
+                process.state = adopted;
                 process.waiting = None;
                 match transition {
                     Transition::Continue { effects, .. } => {
