@@ -39,8 +39,10 @@ fn sample() -> &'static Sample {
                 .await
                 .expect("starts");
             handle.join().await.expect("joins");
+            // A question long enough that the asking steps are recorded as
+            // changes of the state, so that edits reach their folding too.
             let asking = engine
-                .start(&ask, request("fuzz-ask", "go?"))
+                .start(&ask, request("fuzz-ask", "go? ".repeat(1_100)))
                 .await
                 .expect("starts");
             let wait = open_wait(&asking).await;
@@ -99,6 +101,13 @@ fn sealed_bodies_are_serde_jsons_text_of_the_record() {
     assert!(
         kinds.len() >= 5,
         "the sample covers several kinds: {kinds:?}"
+    );
+    assert!(
+        sample.seeds.iter().any(|body| matches!(
+            serde_json::from_slice(body),
+            Ok(baton_run::log::RecordBody::StepAdopted { state_change: Some(_), .. })
+        )),
+        "the sample holds a step recorded as a change"
     );
 }
 
