@@ -120,39 +120,39 @@ fn kept(old: &str, new: &str) -> (usize, usize) {
     (front, back)
 }
 
-/// How many leading bytes two slices of the same length share: compared a
-/// block at a time, then byte by byte in the first block that differs.
+/// Block lengths in which [`common_front`] and [`common_back`] compare two
+/// texts, largest first: each level narrows to the first block of the last
+/// that differs, so a large state costs a few hundred comparisons, not one
+/// per 64 bytes.
+const BLOCKS: [usize; 3] = [4096, 64, 1];
+
+/// How many leading bytes two slices of the same length share.
 fn common_front(a: &[u8], b: &[u8]) -> usize {
-    const BLOCK: usize = 64;
-    let blocks = a
-        .chunks_exact(BLOCK)
-        .zip(b.chunks_exact(BLOCK))
-        .take_while(|(x, y)| x == y)
-        .count();
-    let at = blocks * BLOCK;
-    at + a[at..]
-        .iter()
-        .zip(&b[at..])
-        .take_while(|(x, y)| x == y)
-        .count()
+    let mut at = 0;
+    for block in BLOCKS {
+        let same = a[at..]
+            .chunks_exact(block)
+            .zip(b[at..].chunks_exact(block))
+            .take_while(|(x, y)| x == y)
+            .count();
+        at += same * block;
+    }
+    at
 }
 
 /// How many trailing bytes two slices of the same length share.
 fn common_back(a: &[u8], b: &[u8]) -> usize {
-    const BLOCK: usize = 64;
-    let blocks = a
-        .rchunks_exact(BLOCK)
-        .zip(b.rchunks_exact(BLOCK))
-        .take_while(|(x, y)| x == y)
-        .count();
-    let at = a.len() - blocks * BLOCK;
-    blocks * BLOCK
-        + a[..at]
-            .iter()
-            .rev()
-            .zip(b[..at].iter().rev())
+    let mut kept = 0;
+    for block in BLOCKS {
+        let (a, b) = (&a[..a.len() - kept], &b[..b.len() - kept]);
+        let same = a
+            .rchunks_exact(block)
+            .zip(b.rchunks_exact(block))
             .take_while(|(x, y)| x == y)
-            .count()
+            .count();
+        kept += same * block;
+    }
+    kept
 }
 
 impl PartialEq for StateChange {

@@ -105,7 +105,10 @@ fn sealed_bodies_are_serde_jsons_text_of_the_record() {
     assert!(
         sample.seeds.iter().any(|body| matches!(
             serde_json::from_slice(body),
-            Ok(baton_run::log::RecordBody::StepAdopted { state_change: Some(_), .. })
+            Ok(baton_run::log::RecordBody::StepAdopted {
+                state_change: Some(_),
+                ..
+            })
         )),
         "the sample holds a step recorded as a change"
     );

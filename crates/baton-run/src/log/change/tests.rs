@@ -122,8 +122,8 @@ proptest! {
     /// they agree with a byte-by-byte scan.
     #[test]
     fn the_kept_bytes_are_the_longest_shared(
-        base in proptest::collection::vec(0u8..3, 0..400),
-        edit in 0usize..400,
+        base in proptest::collection::vec(0u8..3, 0..10_000),
+        edit in 0usize..10_000,
         byte in 0u8..3,
     ) {
         let mut other = base.clone();
