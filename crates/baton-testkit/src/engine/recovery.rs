@@ -259,15 +259,7 @@ pub(super) async fn a_tree_recovers_from_its_latest_snapshot_and_the_records_aft
     );
     drop(first);
 
-    let second = engine(store.clone(), &[&ask]);
-    second
-        .recover(RecoverOptions::default())
-        .await
-        .expect("recovers");
-    let handle = second
-        .process::<Value>(&scope(), tree)
-        .await
-        .expect("attached");
+    let (_engine, handle) = recovered(store.clone(), &ask, tree).await;
     assert_eq!(
         handle.inspect().await.expect("inspects").root().mailbox,
         5,
@@ -327,15 +319,7 @@ pub(super) async fn a_large_state_recorded_as_its_changes_is_rebuilt_by_recovery
     }
     drop(first);
 
-    let second = engine(store.clone(), &[&ask]);
-    second
-        .recover(RecoverOptions::default())
-        .await
-        .expect("recovers");
-    let handle = second
-        .process::<Value>(&scope(), tree)
-        .await
-        .expect("attached");
+    let (second, handle) = recovered(store.clone(), &ask, tree).await;
     let recovered = root_state(second.capture(&scope(), tree).await.expect("captures"));
     // Compared without printing 32 KB of question when they differ.
     let (same, recovered_len) = (recovered == waiting, recovered.to_string().len());
@@ -508,4 +492,23 @@ pub(super) async fn closing_an_engine_releases_every_sleeping_tree_and_tells_its
         report.iter().all(|(_, result)| result.is_ok()),
         "{report:?}"
     );
+}
+
+/// A fresh engine over `store` running `program`, after its recovery, with
+/// the handle of `tree`'s root.
+async fn recovered(
+    store: Arc<dyn baton_run::store::Store>,
+    program: &baton_run::Program<Value, Value>,
+    tree: TreeId,
+) -> (Engine, baton_run::ProcessHandle<Value>) {
+    let engine = engine(store, &[program]);
+    engine
+        .recover(RecoverOptions::default())
+        .await
+        .expect("recovers");
+    let handle = engine
+        .process::<Value>(&scope(), tree)
+        .await
+        .expect("attached");
+    (engine, handle)
 }
