@@ -183,6 +183,45 @@ fn a_runnable_root_steps_only_when_the_commit_has_room_and_its_completion_is_ado
     ));
 }
 
+/// A step's record holds its state whole or as a change, exactly one: a
+/// record with both or neither is inconsistent, and folding it changes
+/// nothing.
+#[test]
+fn a_step_record_with_both_or_neither_state_forms_is_inconsistent() {
+    let root = program("test.root", complete(), Vec::new());
+    let before = tree(&root, Budget::unlimited());
+    let id = before.root;
+    let whole = ExecutionState(Payload::encode(&"x".repeat(5_000)).expect("encodes"));
+    let edited =
+        ExecutionState(Payload::encode(&format!("{}y", "x".repeat(4_999))).expect("encodes"));
+    let mut started = before.clone();
+    started.processes.get_mut(&id).expect("the root").state = whole.clone();
+    let change = crate::log::StateChange::between(&whole, &edited).expect("a small change");
+    for (state, state_change) in [(None, None), (Some(edited.clone()), Some(change.clone()))] {
+        let body = RecordBody::StepAdopted {
+            process: id,
+            step: 0,
+            state,
+            state_change,
+            transition: complete(),
+        };
+        let mut folded = started.clone();
+        let error = folded.apply(&body).expect_err("inconsistent");
+        assert!(error.0.contains("whole or as a change"), "{}", error.0);
+        assert_eq!(folded.processes[&id].steps, 0, "nothing was folded");
+    }
+    let body = RecordBody::StepAdopted {
+        process: id,
+        step: 0,
+        state: None,
+        state_change: Some(change),
+        transition: complete(),
+    };
+    let mut folded = started.clone();
+    folded.apply(&body).expect("a change folds");
+    assert_eq!(folded.processes[&id].state, edited);
+}
+
 #[test]
 fn a_step_over_its_budget_fails_the_process_with_engine_limit_steps() {
     let root = program("test.root", complete(), Vec::new());
