@@ -12,7 +12,8 @@
 //! dispatches one request of its own), then opens a host wait, then waits
 //! for the child and completes with everything it saw. Dispatches have
 //! replay policy `Never`; the dispatcher appends `tree effect` to the side
-//! file and fsyncs it before it returns.
+//! file and fsyncs it before it returns. Every state carries over 4 KiB of
+//! its tree's own text, so each step is recorded as its change.
 //!
 //! Output, one line each: `E <tree> <event>` per committed event (the
 //! progress markers), `RECOVERED <n>`, `RECOVER-ERROR <tree> <error>`,
@@ -94,6 +95,16 @@ struct State {
     tree: u64,
     phase: u32,
     seen: Vec<Value>,
+    /// Text that makes the state large enough (over 4 KiB) that each step
+    /// is recorded as its change: recovery after a kill then rebuilds every
+    /// state from the changes.
+    ballast: String,
+}
+
+/// The [`State::ballast`] of tree `tree`: its own, so no two trees' states
+/// share it.
+fn ballast(tree: u64) -> String {
+    format!("tree {tree} ").repeat(700)
 }
 
 struct Tree {
@@ -110,11 +121,13 @@ impl Definition for Tree {
     }
 
     fn start(&self, input: &Payload) -> Result<Box<dyn Execution>, StepError> {
+        let tree = input.decode()?;
         Ok(Box::new(Run(State {
             role: self.role,
-            tree: input.decode()?,
+            tree,
             phase: 0,
             seen: Vec::new(),
+            ballast: ballast(tree),
         })))
     }
 

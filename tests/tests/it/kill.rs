@@ -220,9 +220,14 @@ async fn killed_round(
     // resolved by the host, and nothing else was resolved.
     let mut unknown = BTreeSet::new();
     let mut resolutions = BTreeSet::new();
+    let mut changes = 0;
     for n in 0..TREES {
         for record in store.records(tree(n)).await.expect("reads") {
             match record.decode().expect("decodes") {
+                RecordBody::StepAdopted {
+                    state_change: Some(_),
+                    ..
+                } => changes += 1,
                 RecordBody::EffectSettled {
                     effect,
                     settlement: Settlement::Unknown { .. },
@@ -237,6 +242,9 @@ async fn killed_round(
             }
         }
     }
+    // The states are large enough that steps are recorded as changes, so
+    // the recoveries above rebuilt states from them.
+    assert!(changes >= TREES, "steps recorded as changes: {changes}");
     assert_eq!(unknown, resolutions, "every unknown effect is resolved");
     assert_eq!(
         resolved, unknown,
