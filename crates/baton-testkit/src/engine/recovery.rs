@@ -265,12 +265,10 @@ pub(super) async fn a_tree_recovers_from_its_latest_snapshot_and_the_records_aft
         5,
         "notes survived"
     );
-    let answer = SignalRequest {
-        id: SignalId::new("answer").expect("valid"),
-        wait: Some(wait),
-        payload: Payload::encode(&false).expect("encodes"),
-    };
-    assert_eq!(handle.signal(answer).await, Ok(SignalReceipt::Admitted));
+    assert_eq!(
+        handle.signal(answer("answer", wait, false)).await,
+        Ok(SignalReceipt::Admitted)
+    );
     assert_eq!(handle.output().await.expect("completes"), json!(false));
 }
 
@@ -329,12 +327,10 @@ pub(super) async fn a_large_state_recorded_as_its_changes_is_rebuilt_by_recovery
         recovered.get("phase"),
         recovered.get("wait")
     );
-    let answer = SignalRequest {
-        id: SignalId::new("answer").expect("valid"),
-        wait: Some(wait),
-        payload: Payload::encode(&true).expect("encodes"),
-    };
-    assert_eq!(handle.signal(answer).await, Ok(SignalReceipt::Admitted));
+    assert_eq!(
+        handle.signal(answer("answer", wait, true)).await,
+        Ok(SignalReceipt::Admitted)
+    );
     assert_eq!(handle.output().await.expect("completes"), json!(true));
     let report = second.verify(&scope(), tree).await.expect("verifies");
     assert_eq!(
