@@ -202,58 +202,133 @@ proptest! {
     /// what it checked or a classified error, never a panic.
     #[test]
     fn fuzz_stored_logs(index in 0usize..64, body in fuzz::bytes(seeds())) {
-        let sample = sample();
-        let tree = sample.tree;
-        let original = &sample.log;
-        let at = index % original.len();
-        let mut prev = baton_run::Digest::ZERO;
-        let mut records = Vec::with_capacity(original.len());
-        for (position, record) in original.iter().enumerate() {
-            let body: Arc<[u8]> = if position == at { body.clone().into() } else { record.body.clone() };
-            let rehashed = Record::from_parts(record.seq, prev, record.kind, body);
-            prev = rehashed.hash;
-            records.push(rehashed);
-        }
-        let result = runtime().block_on(async {
-            let store = MemoryStore::keeping_history();
-            let lease = match store
-                .acquire(AcquireRequest {
-                    tree,
-                    owner: "fuzzer".into(),
-                    now: Timestamp(0),
-                    ttl: Duration::from_secs(60),
-                    force: true,
-                })
-                .await
-                .expect("acquires")
-            {
-                Acquired::Granted { lease, .. } => lease,
-                other => panic!("not granted: {other:?}"),
-            };
-            store
-                .append(vec![Append {
-                    tree,
-                    token: lease.token,
-                    records,
-                    meta: TreeMeta::new(tree, Scope::new(SCOPE).expect("valid"), TreeStatus::Done, Timestamp(0)),
-                    release: true,
-                }])
-                .await
-                .expect("appends");
-            let ask = program(Kind::Ask, None);
-            let engine = Engine::new(EngineConfig {
-                programs: vec![ask.erase()],
-                ..EngineConfig::new(Arc::new(store))
-            })
-            .expect("the engine configuration is valid");
-            engine.verify(&Scope::new(SCOPE).expect("valid"), tree).await
-        });
+        let at = index % sample().log.len();
+        let result = verify_edited(at, body);
         if let Err(error) = result {
             prop_assert!(
                 matches!(error.code(), "engine.log.corrupt" | "engine.tree.not_found" | "engine.scope.mismatch"),
                 "{error}"
             );
         }
+    }
+}
+
+/// Verifies, with a fresh engine over a store holding it, the sample's log
+/// with record `at`'s body replaced by `body` and the chain rehashed around
+/// it, so that the edit reaches the fold.
+fn verify_edited(
+    at: usize,
+    body: Vec<u8>,
+) -> Result<baton_run::Verification, baton_run::TreeError> {
+    let sample = sample();
+    let tree = sample.tree;
+    let mut prev = baton_run::Digest::ZERO;
+    let mut records = Vec::with_capacity(sample.log.len());
+    for (position, record) in sample.log.iter().enumerate() {
+        let body: Arc<[u8]> = if position == at {
+            body.clone().into()
+        } else {
+            record.body.clone()
+        };
+        let rehashed = Record::from_parts(record.seq, prev, record.kind, body);
+        prev = rehashed.hash;
+        records.push(rehashed);
+    }
+    runtime().block_on(async {
+        let store = MemoryStore::keeping_history();
+        let lease = match store
+            .acquire(AcquireRequest {
+                tree,
+                owner: "fuzzer".into(),
+                now: Timestamp(0),
+                ttl: Duration::from_secs(60),
+                force: true,
+            })
+            .await
+            .expect("acquires")
+        {
+            Acquired::Granted { lease, .. } => lease,
+            other => panic!("not granted: {other:?}"),
+        };
+        store
+            .append(vec![Append {
+                tree,
+                token: lease.token,
+                records,
+                meta: TreeMeta::new(
+                    tree,
+                    Scope::new(SCOPE).expect("valid"),
+                    TreeStatus::Done,
+                    Timestamp(0),
+                ),
+                release: true,
+            }])
+            .await
+            .expect("appends");
+        let ask = program(Kind::Ask, None);
+        let engine = Engine::new(EngineConfig {
+            programs: vec![ask.erase()],
+            ..EngineConfig::new(Arc::new(store))
+        })
+        .expect("the engine configuration is valid");
+        engine
+            .verify(&Scope::new(SCOPE).expect("valid"), tree)
+            .await
+    })
+}
+
+/// A step recorded as a change that does not fit the state before it (kept
+/// bytes beyond its end, or text that makes no JSON) is a corrupt log,
+/// named by its record, and so is a step record with neither form; the
+/// log as written verifies.
+#[test]
+fn a_state_change_that_does_not_fit_is_a_corrupt_log() {
+    let sample = sample();
+    let (at, change) = sample
+        .log
+        .iter()
+        .enumerate()
+        .find_map(|(at, record)| {
+            let body: serde_json::Value = serde_json::from_slice(&record.body).ok()?;
+            body.get("state_change").is_some().then_some((at, body))
+        })
+        .expect("the sample holds a step recorded as a change");
+    let original = sample.log[at].body.to_vec();
+    assert!(
+        verify_edited(at, original).is_ok(),
+        "the log as written verifies"
+    );
+    let edit = |edit: &dyn Fn(&mut serde_json::Value)| {
+        let mut body = change.clone();
+        edit(&mut body);
+        serde_json::to_vec(&body).expect("encodes")
+    };
+    let edits: [(&str, Vec<u8>); 3] = [
+        (
+            "keeps",
+            edit(&|body| body["state_change"]["back"] = json!(u32::MAX)),
+        ),
+        (
+            "makes no state",
+            edit(&|body| body["state_change"]["text"] = json!("{")),
+        ),
+        (
+            "whole or as a change",
+            edit(&|body| {
+                body.as_object_mut()
+                    .expect("an object")
+                    .remove("state_change");
+            }),
+        ),
+    ];
+    for (why, body) in edits {
+        let error = verify_edited(at, body).expect_err("corrupt");
+        assert_eq!(error.code(), "engine.log.corrupt", "{error}");
+        let message = error.to_string();
+        assert!(
+            message.contains(why) && message.contains(&format!("record {}", at + 1)),
+            "{message}"
+        );
     }
 }
 
