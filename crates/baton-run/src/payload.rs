@@ -11,9 +11,12 @@ use serde_json::ser::Formatter as _;
 
 use crate::digest::{Digest, Purpose};
 
+mod common;
 mod read;
 mod writer;
 
+pub use common::common_prefix;
+pub(crate) use common::common_suffix;
 pub use writer::{PayloadWriter, WriteError};
 
 /// An immutable JSON value held in its canonical encoding: object keys
@@ -249,23 +252,6 @@ fn nesting(text: &[u8]) -> usize {
         }
     }
     deepest
-}
-
-/// The length of the longest common prefix of `a` and `b`, compared a
-/// block at a time: how much of a payload's text a recently read one
-/// already covers, for code that reads by difference.
-pub fn common_prefix(a: &[u8], b: &[u8]) -> usize {
-    const BLOCK: usize = 256;
-    let length = a.len().min(b.len());
-    let mut at = 0;
-    while at + BLOCK <= length && a[at..at + BLOCK] == b[at..at + BLOCK] {
-        at += BLOCK;
-    }
-    at + a[at..length]
-        .iter()
-        .zip(&b[at..length])
-        .position(|(x, y)| x != y)
-        .unwrap_or(length - at)
 }
 
 /// How many bytes at the start of `bytes` can sit in a JSON string as they
@@ -884,19 +870,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn the_common_prefix_is_found_across_blocks() {
-        let a = vec![7u8; 1000];
-        for split in [0, 1, 255, 256, 257, 511, 999] {
-            let mut b = a.clone();
-            b[split] = 8;
-            assert_eq!(common_prefix(&a, &b), split);
-        }
-        assert_eq!(common_prefix(&a, &a), 1000);
-        assert_eq!(common_prefix(&a, &a[..300]), 300);
-        assert_eq!(common_prefix(&a[..0], &a), 0);
     }
 
     #[test]

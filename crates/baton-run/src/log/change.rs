@@ -12,7 +12,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::payload::Payload;
+use crate::payload::{Payload, common_prefix, common_suffix};
 use crate::protocol::ExecutionState;
 
 /// A state as its change from the state before: that state's text with
@@ -108,51 +108,16 @@ impl StateChange {
 fn kept(old: &str, new: &str) -> (usize, usize) {
     let (a, b) = (old.as_bytes(), new.as_bytes());
     let most = a.len().min(b.len());
-    let mut front = common_front(&a[..most], &b[..most]);
+    let mut front = common_prefix(a, b);
     while !(old.is_char_boundary(front) && new.is_char_boundary(front)) {
         front -= 1;
     }
     let room = most - front;
-    let mut back = common_back(&a[a.len() - room..], &b[b.len() - room..]);
+    let mut back = common_suffix(&a[a.len() - room..], &b[b.len() - room..]);
     while !(old.is_char_boundary(a.len() - back) && new.is_char_boundary(b.len() - back)) {
         back -= 1;
     }
     (front, back)
-}
-
-/// Block lengths in which [`common_front`] and [`common_back`] compare two
-/// texts, largest first: each level narrows to the first block of the last
-/// that differs, so a large state costs a few hundred comparisons, not one
-/// per 64 bytes.
-const BLOCKS: [usize; 3] = [4096, 64, 1];
-
-/// How many leading bytes two slices of the same length share.
-fn common_front(a: &[u8], b: &[u8]) -> usize {
-    let mut at = 0;
-    for block in BLOCKS {
-        let same = a[at..]
-            .chunks_exact(block)
-            .zip(b[at..].chunks_exact(block))
-            .take_while(|(x, y)| x == y)
-            .count();
-        at += same * block;
-    }
-    at
-}
-
-/// How many trailing bytes two slices of the same length share.
-fn common_back(a: &[u8], b: &[u8]) -> usize {
-    let mut kept = 0;
-    for block in BLOCKS {
-        let (a, b) = (&a[..a.len() - kept], &b[..b.len() - kept]);
-        let same = a
-            .rchunks_exact(block)
-            .zip(b.rchunks_exact(block))
-            .take_while(|(x, y)| x == y)
-            .count();
-        kept += same * block;
-    }
-    kept
 }
 
 impl PartialEq for StateChange {

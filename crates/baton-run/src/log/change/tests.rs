@@ -116,26 +116,4 @@ proptest! {
             prop_assert_eq!(read_back(&change).apply(&before), Ok(after.clone()));
         }
     }
-
-    /// The shared front and end are the longest there are (but for the
-    /// bytes of a character split between them): found a block at a time,
-    /// they agree with a byte-by-byte scan.
-    #[test]
-    fn the_kept_bytes_are_the_longest_shared(
-        base in proptest::collection::vec(0u8..3, 0..10_000),
-        edit in 0usize..10_000,
-        byte in 0u8..3,
-    ) {
-        let mut other = base.clone();
-        if let Some(slot) = other.get_mut(edit) {
-            *slot = byte;
-        }
-        let most = base.len().min(other.len());
-        let front = common_front(&base[..most], &other[..most]);
-        let expected = base.iter().zip(&other).take_while(|(x, y)| x == y).count();
-        prop_assert_eq!(front, expected);
-        let back = common_back(&base, &other);
-        let expected = base.iter().rev().zip(other.iter().rev()).take_while(|(x, y)| x == y).count();
-        prop_assert_eq!(back, expected);
-    }
 }
