@@ -139,6 +139,19 @@ pub(crate) fn write_str(out: &mut String, text: &str) {
     out.push('"');
 }
 
+/// Writes an object member's key and its colon, after a comma unless it
+/// is the first: most keys are a field's name, short and with nothing to
+/// escape, so room for the whole is made once.
+fn write_key(out: &mut String, key: &str, comma: bool) {
+    out.reserve(key.len() + 4);
+    if comma {
+        out.push(',');
+    }
+    out.push('"');
+    escape_into(out, key);
+    out.push_str("\":");
+}
+
 /// Appends a float as serde_json writes it: `write` calls serde_json's own
 /// compact formatter (`ryu`). Integers are written by `itoa`, as serde_json
 /// writes them.
@@ -248,7 +261,8 @@ fn escape_slow(out: &mut String, text: &str) {
 /// Whether any byte of `bytes` is `"`, `\\` or a control character,
 /// checked a block of [`BLOCK`] bytes at a time, then a word at a time;
 /// the last few bytes are checked as one more word (the last eight bytes
-/// again, or the rest padded with spaces), since most strings written are
+/// again; in text shorter than a word, its first four and last four bytes,
+/// or its bytes one by one below four), since most strings written are
 /// keys and ids shorter than a few words.
 #[inline]
 fn needs_escape(bytes: &[u8]) -> bool {
@@ -282,16 +296,16 @@ fn needs_escape(bytes: &[u8]) -> bool {
         return true;
     }
     let rest = chunks.remainder();
-    if rest.is_empty() {
-        return false;
-    }
-    let last = match bytes.len().checked_sub(8) {
-        Some(from) => word(&bytes[from..]),
-        None => {
-            let mut padded = [b' '; 8];
-            padded[..rest.len()].copy_from_slice(rest);
-            u64::from_ne_bytes(padded)
+    let last = match (bytes.len().checked_sub(8), rest.len()) {
+        (_, 0) => return false,
+        (Some(from), _) => word(&bytes[from..]),
+        // Shorter than a word: its first four bytes and its last four
+        // (overlapping) make one, without copying it anywhere.
+        (None, 4..) => {
+            let half = |four: &[u8]| u32::from_ne_bytes(four.try_into().expect("four bytes"));
+            u64::from(half(&rest[..4])) | (u64::from(half(&rest[rest.len() - 4..])) << 32)
         }
+        (None, _) => return rest.iter().any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\'),
     };
     escapes(last)
 }
@@ -736,13 +750,9 @@ impl<'a> Object<'a> {
         key: Cow<'static, str>,
         value: &T,
     ) -> Result<(), Error> {
-        if self.written > 0 {
-            self.out.push(',');
-        }
+        let start = self.out.len() + usize::from(self.written > 0);
+        write_key(self.out, &key, self.written > 0);
         self.written += 1;
-        let start = self.out.len();
-        write_str(self.out, &key);
-        self.out.push(':');
         let mark = self.entries.len();
         let written = value.serialize(Canon {
             out: &mut *self.out,

@@ -11,8 +11,8 @@ fn needs_escape_naive(bytes: &[u8]) -> bool {
         .any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\')
 }
 
-/// Every byte at every position of short texts (the words and the padded
-/// rest) and of texts around one, two and three blocks of 64 bytes long,
+/// Every byte at every position of short texts (the words, and a rest
+/// shorter than a word read as two overlapping halves or byte by byte) and of texts around one, two and three blocks of 64 bytes long,
 /// with a remainder of words and bytes after their blocks.
 #[test]
 fn needs_escape_finds_every_byte_at_every_position() {

@@ -125,6 +125,7 @@ pub enum WriteError {
     /// [`PayloadWriter::finish`] before any value was written.
     #[error("no value was written")]
     Empty,
+
 }
 
 impl PayloadWriter {
@@ -245,22 +246,22 @@ impl PayloadWriter {
 
     /// Writes an unsigned integer as the next value.
     pub fn u64(&mut self, number: u64) -> Result<(), WriteError> {
-        self.scalar(format_args!("{number}"))
+        self.scalar(itoa::Buffer::new().format(number))
     }
 
     /// Writes a signed integer as the next value.
     pub fn i64(&mut self, number: i64) -> Result<(), WriteError> {
-        self.scalar(format_args!("{number}"))
+        self.scalar(itoa::Buffer::new().format(number))
     }
 
     /// Writes `true` or `false` as the next value.
     pub fn bool(&mut self, value: bool) -> Result<(), WriteError> {
-        self.scalar(format_args!("{value}"))
+        self.scalar(if value { "true" } else { "false" })
     }
 
     /// Writes `null` as the next value.
     pub fn null(&mut self) -> Result<(), WriteError> {
-        self.scalar(format_args!("null"))
+        self.scalar("null")
     }
 
     /// The payload written: exactly one whole value, within
@@ -279,13 +280,10 @@ impl PayloadWriter {
         Ok(payload)
     }
 
-    /// Integers, booleans and `null`, whose display is their JSON form.
-    fn scalar(&mut self, text: std::fmt::Arguments<'_>) -> Result<(), WriteError> {
-        use std::fmt::Write as _;
+    /// Integers, booleans and `null`, given as their JSON text.
+    fn scalar(&mut self, text: &str) -> Result<(), WriteError> {
         self.start_value(0)?;
-        self.out
-            .write_fmt(text)
-            .expect("writing to a string does not fail");
+        self.out.push_str(text);
         self.end_value();
         Ok(())
     }
