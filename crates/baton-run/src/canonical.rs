@@ -305,7 +305,11 @@ fn needs_escape(bytes: &[u8]) -> bool {
             let half = |four: &[u8]| u32::from_ne_bytes(four.try_into().expect("four bytes"));
             u64::from(half(&rest[..4])) | (u64::from(half(&rest[rest.len() - 4..])) << 32)
         }
-        (None, _) => return rest.iter().any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\'),
+        (None, _) => {
+            return rest
+                .iter()
+                .any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\');
+        }
     };
     escapes(last)
 }

@@ -125,7 +125,6 @@ pub enum WriteError {
     /// [`PayloadWriter::finish`] before any value was written.
     #[error("no value was written")]
     Empty,
-
 }
 
 impl PayloadWriter {
