@@ -12,8 +12,9 @@ fn needs_escape_naive(bytes: &[u8]) -> bool {
 }
 
 /// Every byte at every position of short texts (the words, and a rest
-/// shorter than a word read as two overlapping halves or byte by byte) and of texts around one, two and three blocks of 64 bytes long,
-/// with a remainder of words and bytes after their blocks.
+/// shorter than a word read as two overlapping halves or byte by byte)
+/// and of texts around one, two and three blocks of 64 bytes long, with a
+/// remainder of words and bytes after their blocks.
 #[test]
 fn needs_escape_finds_every_byte_at_every_position() {
     let lens = (1..=17).chain([63, 64, 65, 71, 72, 127, 128, 129, 192, 203]);
@@ -347,4 +348,60 @@ fn misused_serializers_are_left_to_serde_json() {
     }
     // Sorted keys stand for a `Value`, which takes a misstated length.
     assert_eq!(to_text(&Misuse::EmptySeq).unwrap().as_ref(), "[1]");
+}
+
+/// Canonical text puts every object's members in key order, a key given
+/// twice once with its last value, whatever order the value gives them,
+/// nested or not and first member or not: the text of the same value read
+/// into a JSON value and written again.
+#[test]
+fn canonical_text_orders_members_as_a_json_value_does() {
+    use std::collections::BTreeMap;
+
+    use ser::SerializeMap;
+    use serde::Serialize;
+
+    #[derive(Serialize)]
+    struct Inner {
+        z: u8,
+        a: &'static str,
+        m: Vec<u8>,
+    }
+    /// Members out of order, one of them twice.
+    struct Shuffled;
+    impl Serialize for Shuffled {
+        fn serialize<S: ser::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let mut map = serializer.serialize_map(None)?;
+            map.serialize_entry("kb", &1)?;
+            map.serialize_entry("k\"a", &2)?;
+            map.serialize_entry("kb", &3)?;
+            map.serialize_entry("", &4)?;
+            map.end()
+        }
+    }
+    #[derive(Serialize)]
+    struct Outer {
+        zeta: Inner,
+        alpha: Option<Inner>,
+        beta: BTreeMap<String, Inner>,
+        shuffled: Shuffled,
+        in_order: (u8, Shuffled),
+    }
+    let inner = || Inner {
+        z: 1,
+        a: "x,\"y",
+        m: vec![3, 2],
+    };
+    let outer = Outer {
+        zeta: inner(),
+        alpha: Some(inner()),
+        beta: BTreeMap::from([("q".to_owned(), inner()), ("b".to_owned(), inner())]),
+        shuffled: Shuffled,
+        in_order: (0, Shuffled),
+    };
+    let text = to_text(&outer).expect("written here, not by the general way");
+    let value = serde_json::to_value(&outer).unwrap();
+    assert_eq!(&*text, crate::Payload::from_value(&value).unwrap().as_str());
+    assert!(text.starts_with(r#"{"alpha":{"a":"x,\"y","m":[3,2],"z":1},"beta":{"b":"#));
+    assert!(text.contains(r#""shuffled":{"":4,"k\"a":2,"kb":3}"#));
 }
