@@ -142,7 +142,7 @@ pub(crate) fn write_str(out: &mut String, text: &str) {
 /// Writes an object member's key and its colon, after a comma unless it
 /// is the first: most keys are a field's name, short and with nothing to
 /// escape, so room for the whole is made once.
-fn write_key(out: &mut String, key: &str, comma: bool) {
+pub(crate) fn write_key(out: &mut String, key: &str, comma: bool) {
     out.reserve(key.len() + 4);
     if comma {
         out.push(',');

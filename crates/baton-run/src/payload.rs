@@ -781,12 +781,9 @@ impl<'de> Visitor<'de> for StrictText<'_> {
         let mut entries: Vec<(String, usize, usize)> = Vec::new();
         let mut in_order = true;
         while let Some(key) = map.next_key::<String>()? {
-            if !entries.is_empty() {
-                self.out.push(',');
-            }
-            let from = self.out.len();
-            crate::canonical::write_str(self.out, &key);
-            self.out.push(':');
+            let comma = !entries.is_empty();
+            let from = self.out.len() + usize::from(comma);
+            crate::canonical::write_key(self.out, &key, comma);
             map.next_value_seed(StrictText {
                 out: &mut *self.out,
             })?;

@@ -215,15 +215,11 @@ impl PayloadWriter {
                 key: key.to_owned(),
             });
         }
-        if *keyed {
-            self.out.push(',');
-        }
+        crate::canonical::write_key(&mut self.out, key, *keyed);
         *keyed = true;
         *awaiting = true;
         self.keys.truncate(*mark);
         self.keys.push_str(key);
-        crate::canonical::write_str(&mut self.out, key);
-        self.out.push(':');
         Ok(())
     }
 
