@@ -33,26 +33,66 @@ struct Validators {
     /// faster (`simplify`) and a memo of the top-level arrays' accepted
     /// elements (`items`); `None` if it would not compile (a reference
     /// into a rewritten part), and the value validator then judges alone.
-    text: OnceLock<Option<jsonschema::Validator<text::CanonicalText>>>,
+    text: OnceLock<Option<TextValidator>>,
+}
+
+/// The validator of canonical payload text, and the memos of the top-level
+/// arrays whose accepted elements its tapes may hold without their
+/// subtrees.
+struct TextValidator {
+    validator: jsonschema::Validator<text::CanonicalText>,
+    skippable: Vec<(String, Arc<std::sync::Mutex<items::Accepted>>)>,
 }
 
 impl Validators {
     /// The text validator's verdict on `payload`, or `None` when only the
     /// value validator can judge it.
     fn text_verdict(&self, schema: &Payload, payload: &Payload) -> Option<bool> {
-        let validator = self.text.get_or_init(|| {
+        let text = self.text.get_or_init(|| {
             let mut schema = schema.to_value();
             simplify::constant_choices(&mut schema);
             let options = jsonschema::options_for::<text::CanonicalText>()
                 .with_draft(jsonschema::Draft::Draft202012);
-            let options = if items::memoize_items(&mut schema) {
-                options.with_keyword(items::KEYWORD, items::compile)
-            } else {
+            let memoized = items::memoize_items(&mut schema);
+            let memos = items::memos(&memoized);
+            let skippable = memoized
+                .iter()
+                .filter(|memoized| memoized.skippable)
+                .filter_map(|memoized| {
+                    let memo = memos.get(&memoized.property)?;
+                    Some((memoized.property.clone(), Arc::clone(memo)))
+                })
+                .collect();
+            let options = if memoized.is_empty() {
                 options
+            } else {
+                options.with_keyword(items::KEYWORD, move |_parent, value, _location| {
+                    items::compile(value, &memos)
+                })
             };
-            options.build(&schema).ok()
+            let validator = options.build(&schema).ok()?;
+            Some(TextValidator {
+                validator,
+                skippable,
+            })
         });
-        text::is_valid(validator.as_ref()?, payload.as_str())
+        let text = text.as_ref()?;
+        if text.skippable.is_empty() {
+            return text::is_valid(&text.validator, payload.as_str(), &[]);
+        }
+        // What each skippable array last accepted, taken now: a concurrent
+        // check may accept another meanwhile, and what was accepted stays so.
+        let hints: Vec<text::Hint<'_>> = text
+            .skippable
+            .iter()
+            .filter_map(|(name, memo)| {
+                Some(text::Hint {
+                    name,
+                    accepted: items::last_accepted(memo)?,
+                })
+            })
+            .collect();
+        text::is_valid(&text.validator, payload.as_str(), &hints)
     }
 }
 

@@ -13,6 +13,12 @@
 //! head (found with one memcmp of the two texts) are accepted without being
 //! checked again, and only the elements after them are checked.
 //!
+//! Where nothing else in the schema looks into such a property's elements
+//! (see [`Memoized::skippable`]), the elements it shares with the last
+//! array accepted are not even read: the text validator's tape holds one
+//! entry per such element, without its subtree (see `text`), so a turn's
+//! check costs what its new tasks cost, not what all its tasks do.
+//!
 //! Why this is the same test. `items` (without `prefixItems`) holds when
 //! every element satisfies the item schema, and whether a value satisfies
 //! a schema depends only on the value, and a payload's value only on its
@@ -25,12 +31,12 @@
 //! validator still has the last word on every payload the text validator
 //! rejects (see `Schema::validate`).
 
-use std::sync::{Mutex, PoisonError};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use jsonschema::json::{Array, Node};
-use jsonschema::paths::Location;
 use jsonschema::{Keyword, ValidationError};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::text::{CanonicalText, TextNode};
 use crate::payload::common_prefix;
@@ -56,25 +62,97 @@ const SCOPED: &[&str] = &[
 /// full every time.
 const LONGEST: usize = 1024 * 1024;
 
+/// Root keywords that never look into a property's value but through the
+/// property's own schema (or only at which members are present), and
+/// annotations.
+const ROOT_SKIPPABLE: &[&str] = &[
+    "$schema",
+    "$defs",
+    "$comment",
+    "title",
+    "description",
+    "examples",
+    "default",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+];
+
+/// Keywords of a rewritten property's schema that never look into its
+/// elements (its type is read off the array's own entry), and annotations.
+const PROPERTY_SKIPPABLE: &[&str] = &[
+    KEYWORD,
+    "type",
+    "$comment",
+    "title",
+    "description",
+    "examples",
+    "default",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+];
+
+/// A top-level property whose `items` the keyword stands in for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Memoized {
+    /// The property's name.
+    pub(super) property: String,
+    /// Whether only the keyword looks into the property's elements: the
+    /// root's other keywords reach the property through its schema alone,
+    /// and that schema holds no keyword but the memo's, `type` and
+    /// annotations. Only then may the tape leave out the subtrees of the
+    /// elements it shares with the last array accepted.
+    pub(super) skippable: bool,
+}
+
+/// The memo of each memoized property, by name, shared by the keyword
+/// compiled for it and the text validator that builds the tapes.
+pub(super) type Memos = BTreeMap<String, Arc<Mutex<Accepted>>>;
+
+/// A fresh memo for each of `memoized`.
+pub(super) fn memos(memoized: &[Memoized]) -> Memos {
+    memoized
+        .iter()
+        .map(|memoized| (memoized.property.clone(), Arc::default()))
+        .collect()
+}
+
+/// The last array a memo accepted, or none.
+pub(super) fn last_accepted(memo: &Mutex<Accepted>) -> Option<Arc<AcceptedArray>> {
+    memo.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .last
+        .clone()
+}
+
 /// Replaces the `items` of each top-level property of `schema` with
-/// [`KEYWORD`] carrying the item schema and the root's `$defs`; whether it
-/// replaced any (only then must the validator know the keyword).
-pub(super) fn memoize_items(schema: &mut Value) -> bool {
+/// [`KEYWORD`] carrying the property's name and the item schema with the
+/// root's `$defs`; the properties it replaced (only if there are any must
+/// the validator know the keyword).
+pub(super) fn memoize_items(schema: &mut Value) -> Vec<Memoized> {
     let Value::Object(root) = schema else {
-        return false;
+        return Vec::new();
     };
     if !root
         .iter()
         .all(|(name, value)| name == "$schema" || self_contained(name, value))
     {
-        return false;
+        return Vec::new();
     }
+    let root_skippable = root
+        .keys()
+        .all(|name| ROOT_SKIPPABLE.contains(&name.as_str()));
     let defs = root.get("$defs").cloned();
     let Some(Value::Object(properties)) = root.get_mut("properties") else {
-        return false;
+        return Vec::new();
     };
-    let mut replaced = false;
-    for property in properties.values_mut() {
+    let mut replaced = Vec::new();
+    for (name, property) in properties.iter_mut() {
         let Value::Object(property) = property else {
             continue;
         };
@@ -92,8 +170,17 @@ pub(super) fn memoize_items(schema: &mut Value) -> bool {
             alone.insert("$defs".to_owned(), defs.clone());
         }
         property.remove("items");
-        property.insert(KEYWORD.to_owned(), Value::Object(alone));
-        replaced = true;
+        property.insert(
+            KEYWORD.to_owned(),
+            serde_json::json!({"items": alone, "property": name}),
+        );
+        replaced.push(Memoized {
+            property: name.clone(),
+            skippable: root_skippable
+                && property
+                    .keys()
+                    .all(|word| PROPERTY_SKIPPABLE.contains(&word.as_str())),
+        });
     }
     replaced
 }
@@ -118,34 +205,78 @@ fn self_contained(name: &str, value: &Value) -> bool {
     }
 }
 
-/// Builds the keyword from its value (the item schema with the root's
-/// `$defs`), for the text validator's options.
+/// Builds the keyword from its value (the property's name, and the item
+/// schema with the root's `$defs`), for the text validator's options: its
+/// memo is the property's among `memos`.
 pub(super) fn compile<'a>(
-    _parent: &'a Map<String, Value>,
     schema: &'a Value,
-    _location: Location,
+    memos: &Memos,
 ) -> Result<Box<dyn for<'i> Keyword<'i, CanonicalText>>, ValidationError<'a>> {
+    let (Some(items), Some(property)) = (
+        schema.get("items"),
+        schema.get("property").and_then(Value::as_str),
+    ) else {
+        return Err(ValidationError::custom(
+            "the memoized items keyword holds `items` and `property`",
+        ));
+    };
     let items = jsonschema::options_for::<CanonicalText>()
         .with_draft(jsonschema::Draft::Draft202012)
-        .build(schema)
+        .build(items)
         .map_err(|error| ValidationError::custom(error.to_string()))?;
     Ok(Box::new(MemoizedItems {
         items,
-        accepted: Mutex::new(Accepted::default()),
+        accepted: memos.get(property).cloned().unwrap_or_default(),
     }))
 }
 
 /// `items`, with a memo of the last array it accepted.
 struct MemoizedItems {
     items: jsonschema::Validator<CanonicalText>,
-    accepted: Mutex<Accepted>,
+    accepted: Arc<Mutex<Accepted>>,
 }
 
-/// The last array that satisfied the keyword: its text, and where each of
-/// its elements ends in it.
-#[derive(Default)]
-struct Accepted {
-    last: Option<(Box<str>, Vec<usize>)>,
+/// An array that satisfied the keyword: its text, and where each of its
+/// elements ends in it (the offset of the `,` or `]` after it).
+#[derive(Debug)]
+pub(super) struct AcceptedArray {
+    pub(super) text: Box<str>,
+    pub(super) ends: Vec<usize>,
+}
+
+impl AcceptedArray {
+    /// How many of its first elements lie wholly in the first `common`
+    /// bytes of its text.
+    fn within(&self, common: usize) -> usize {
+        self.ends.partition_point(|end| *end <= common)
+    }
+
+    /// How many of its first elements another text that reads the same for
+    /// the first `common` bytes holds there too, each ending where it ends
+    /// here: those within them with the `,` or `]` after them, and the next
+    /// if it ends just there and closes itself (an object, an array or a
+    /// string; where a number or a literal ends depends on the byte after
+    /// it).
+    pub(super) fn delimited_within(&self, common: usize) -> usize {
+        let within = self.ends.partition_point(|end| *end < common);
+        let closes_itself = |end: usize| {
+            end == common
+                && matches!(
+                    self.text.as_bytes().get(end.wrapping_sub(1)),
+                    Some(b'}' | b']' | b'"')
+                )
+        };
+        match self.ends.get(within) {
+            Some(&end) if closes_itself(end) => within + 1,
+            _ => within,
+        }
+    }
+}
+
+/// The last array that satisfied the keyword.
+#[derive(Debug, Default)]
+pub(super) struct Accepted {
+    last: Option<Arc<AcceptedArray>>,
 }
 
 impl Accepted {
@@ -153,14 +284,14 @@ impl Accepted {
     /// end at `ends`) lie wholly in the text it shares with the last array
     /// accepted: they are that array's elements, accepted.
     fn leading(&self, array: &str, ends: &[usize]) -> usize {
-        let Some((last, last_ends)) = &self.last else {
+        let Some(last) = &self.last else {
             return 0;
         };
-        let common = common_prefix(last.as_bytes(), array.as_bytes());
+        let common = common_prefix(last.text.as_bytes(), array.as_bytes());
         // Both texts open with `[` and read the same up to `common`, so up
         // to there they hold the same elements, ending at the same offsets.
-        let shared = last_ends.partition_point(|end| *end <= common);
-        ends.partition_point(|end| *end <= common).min(shared)
+        ends.partition_point(|end| *end <= common)
+            .min(last.within(common))
     }
 }
 
@@ -197,15 +328,20 @@ impl<'i> Keyword<'i, CanonicalText> for MemoizedItems {
             })
             .collect();
         let leading = self.accepted().leading(text, &ends);
+        // The elements the tape holds without their subtrees lie in the
+        // text the tape's builder found the same as an accepted array's.
         if !array
             .elements()
             .skip(leading)
-            .all(|element| self.items.is_valid(element))
+            .all(|element| element.is_accepted() || self.items.is_valid(element))
         {
             return false;
         }
         if leading < ends.len() && text.len() <= LONGEST {
-            self.accepted().last = Some((text.into(), ends));
+            self.accepted().last = Some(Arc::new(AcceptedArray {
+                text: text.into(),
+                ends,
+            }));
         }
         true
     }
@@ -219,7 +355,7 @@ mod tests {
 
     fn rewritten(schema: &Value) -> Option<Value> {
         let mut schema = schema.clone();
-        memoize_items(&mut schema).then_some(schema)
+        (!memoize_items(&mut schema).is_empty()).then_some(schema)
     }
 
     #[test]
@@ -240,7 +376,10 @@ mod tests {
         let properties = &rewritten["properties"];
         assert_eq!(
             properties["tasks"],
-            json!({"type": "array", KEYWORD: {"$ref": "#/$defs/Task", "$defs": schema["$defs"]}})
+            json!({"type": "array", KEYWORD: {
+                "items": {"$ref": "#/$defs/Task", "$defs": schema["$defs"]},
+                "property": "tasks",
+            }})
         );
         // Only top-level properties' schema items; nested ones, tuples
         // and boolean item schemas are left alone, as are the `$defs`.
@@ -248,6 +387,58 @@ mod tests {
             assert_eq!(properties[name], schema["properties"][name], "{name}");
         }
         assert_eq!(rewritten["$defs"], schema["$defs"]);
+    }
+
+    /// Only where nothing but the keyword looks into a property's elements
+    /// may the tape leave their subtrees out.
+    #[test]
+    fn skippable_only_where_the_keyword_alone_reads_the_elements() {
+        let skippable = |schema: Value| -> Vec<(String, bool)> {
+            let mut schema = schema;
+            memoize_items(&mut schema)
+                .into_iter()
+                .map(|memoized| (memoized.property, memoized.skippable))
+                .collect()
+        };
+        let list = json!({"type": "array", "description": "d", "items": {"type": "object"}});
+        assert_eq!(
+            skippable(json!({
+                "title": "t", "type": "object", "required": ["l"], "additionalProperties": false,
+                "properties": {"l": list, "m": {"type": "array", "minItems": 1, "items": true}},
+            })),
+            // `items: true` is not an object schema: left alone.
+            [("l".to_owned(), true)]
+        );
+        assert_eq!(
+            skippable(json!({"properties": {
+                "l": list,
+                "u": {"type": "array", "uniqueItems": true, "items": {"type": "object"}},
+                "c": {"contains": {"type": "object"}, "items": {"type": "object"}},
+            }})),
+            [
+                ("c".to_owned(), false),
+                ("l".to_owned(), true),
+                ("u".to_owned(), false)
+            ]
+        );
+        for (word, value) in [
+            ("allOf", json!([{"properties": {"l": {"minItems": 2}}}])),
+            ("anyOf", json!([true])),
+            ("oneOf", json!([true])),
+            ("not", json!(false)),
+            ("if", json!(true)),
+            ("dependentSchemas", json!({"l": true})),
+            ("patternProperties", json!({"^l$": {"maxItems": 1}})),
+            ("const", json!({"l": []})),
+            ("enum", json!([{"l": []}])),
+            ("minProperties", json!(1)),
+        ] {
+            assert_eq!(
+                skippable(json!({word: value, "properties": {"l": list}})),
+                [("l".to_owned(), false)],
+                "{word}"
+            );
+        }
     }
 
     #[test]
@@ -301,7 +492,10 @@ mod tests {
         };
         let last = r#"[{"a":1},{"a":2},{"a":3}]"#;
         let accepted = Accepted {
-            last: Some((last.into(), ends(last))),
+            last: Some(Arc::new(AcceptedArray {
+                text: last.into(),
+                ends: ends(last),
+            })),
         };
         for (array, leading) in [
             (last, 3),

@@ -581,6 +581,104 @@ proptest! {
     }
 }
 
+/// The root keywords under which nothing but the memoized `items` looks
+/// into a list's elements: the text validator's tape then leaves out the
+/// subtrees of the elements a list shares with the last one accepted.
+fn skippable_root(items: Value, other: Value, required: bool, additional: Option<Value>) -> Value {
+    let mut root = json!({
+        "type": "object",
+        "title": "lists",
+        "properties": {"l": {"type": "array", "description": "the list", "items": items}, "a": other},
+    });
+    if required {
+        root["required"] = json!(["l"]);
+    }
+    if let Some(additional) = additional {
+        root["additionalProperties"] = additional;
+    }
+    root
+}
+
+proptest! {
+    #![proptest_config(Config::with_cases(1000))]
+
+    /// As `remembered_items_agree`, under a root whose other keywords never
+    /// look into the list's elements, so that the elements a list shares
+    /// with the last one accepted are not even read: lists drawn from a
+    /// small pool of any values (numbers that begin with each other's
+    /// digits among them) and lists grown from the ones before get the
+    /// verdicts of the schema as written.
+    #[test]
+    fn skipped_items_agree(
+        items in prop_oneof![Just(json!({"$ref": "#/$defs/A"})), subschema()],
+        other in subschema(),
+        required in any::<bool>(),
+        additional in prop::option::of(prop_oneof![any::<bool>().prop_map(Value::Bool), subschema()]),
+        defs in (subschema(), subschema()),
+        pool in prop::collection::vec(instance(), 1..8),
+        lists in prop::collection::vec(prop::collection::vec(any::<prop::sample::Index>(), 0..6), 1..8),
+        seeds in prop::collection::vec(any::<u64>(), 2),
+    ) {
+        let mut root = skippable_root(items, other, required, additional);
+        root["$defs"] = json!({"A": defs.0, "B": defs.1});
+        let Ok(schema) = Schema::new(Payload::from_value(&root).expect("small JSON")) else {
+            return Ok(());
+        };
+        let item = root["properties"]["l"]["items"].clone();
+        let mut pool = pool;
+        for seed in &seeds {
+            pool.push(draw(&root, &item, &mut Choices(seed | 1), 0));
+        }
+        for literal in ["1", "12", "100", "1.5"] {
+            pool.push(serde_json::from_str(literal).expect("a number"));
+        }
+        let mut grown = Vec::new();
+        for list in &lists {
+            let elements: Vec<Value> = list.iter().map(|index| index.get(&pool).clone()).collect();
+            agree(&schema, &json!({"l": elements}))?;
+            agree(&schema, &json!({"a": 1, "l": elements}))?;
+            grown.extend(elements);
+            agree(&schema, &json!({"l": grown}))?;
+            // The grown list with its last element changed, or cut short.
+            if let Some(last) = grown.last().cloned() {
+                let mut changed = grown.clone();
+                *changed.last_mut().expect("not empty") = json!([last]);
+                agree(&schema, &json!({"l": changed}))?;
+                agree(&schema, &json!({"l": grown[..grown.len() - 1]}))?;
+            }
+        }
+    }
+}
+
+/// An element is taken as accepted only where it ends as the accepted one
+/// did: a number that begins with the digits of an accepted number, and
+/// an element after the last accepted one, are checked.
+#[test]
+fn skipped_items_end_where_the_accepted_ones_do() {
+    let schema = schema_of(&skippable_root(
+        json!({"maximum": 5}),
+        json!(true),
+        true,
+        None,
+    ));
+    let check = |list: Value| {
+        let payload = Payload::from_value(&json!({"l": list})).expect("JSON");
+        (schema.is_valid(&payload), schema.validate(&payload).is_ok())
+    };
+    assert_eq!(check(json!([1, 2])), (true, true));
+    assert_eq!(check(json!([1, 23])), (false, false));
+    assert_eq!(check(json!([1, 2])), (true, true));
+    assert_eq!(check(json!([1, 2, 3, 4])), (true, true));
+    assert_eq!(check(json!([1, 2, 3, 4, 6])), (false, false));
+    assert_eq!(check(json!([1, 2, 3, 40])), (false, false));
+    assert_eq!(check(json!([1, 2, 3, 4.5])), (true, true));
+    assert_eq!(check(json!([1, 2, 3, 4.5, [7]])), (true, true));
+    assert_eq!(check(json!([1, 2, 3, 4.5, 7])), (false, false));
+    assert_eq!(check(json!([1, 2, 3, 4.5, "x"])), (true, true));
+    assert_eq!(check(json!("not a list")), (false, false));
+    assert_eq!(check(json!([1, 2, 3, 4.5, "x", 5, 6])), (false, false));
+}
+
 // ---------------------------------------------------------------------------
 // Real schemas: the team's wire types and the kernel's.
 
