@@ -170,7 +170,16 @@ fn skip_prefix(text: &str, recent: &[Arc<Entry>]) -> Option<Skip> {
 /// text's list is empty) or a comma and a value (where the spliced text's
 /// list begins with that value). So the turn parses exactly as the
 /// spliced text does, with the cut tasks first in its list.
+///
+/// The text is parsed once where the cut leaves tasks: the first of them
+/// then begins at `at` exactly when the list begins at the cut (canonical
+/// text puts a list's first element just after its `[`). Only where it
+/// leaves none is the list itself located, by a parse that keeps it whole.
 fn read_spliced(spliced: &str, at: usize) -> Option<Listed<'_>> {
+    let listed: Listed<'_> = serde_json::from_str(spliced).ok()?;
+    if let Some(first) = listed.tasks.first() {
+        return (span_in(spliced, first.get())?.start == at).then_some(listed);
+    }
     let whole: Pieces<&RawValue> = serde_json::from_str(spliced).ok()?;
     let list = span_in(spliced, whole.tasks.get())?;
     if list.start + 1 != at {
