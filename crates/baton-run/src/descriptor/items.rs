@@ -62,12 +62,8 @@ const SCOPED: &[&str] = &[
 /// full every time.
 const LONGEST: usize = 1024 * 1024;
 
-/// Root keywords that never look into a property's value but through the
-/// property's own schema (or only at which members are present), and
-/// annotations.
-const ROOT_SKIPPABLE: &[&str] = &[
-    "$schema",
-    "$defs",
+/// Annotations: keywords that never look at the instance.
+const ANNOTATIONS: &[&str] = &[
     "$comment",
     "title",
     "description",
@@ -76,26 +72,28 @@ const ROOT_SKIPPABLE: &[&str] = &[
     "deprecated",
     "readOnly",
     "writeOnly",
+];
+
+/// Root keywords besides annotations that never look into a property's
+/// value but through the property's own schema (or only at which members
+/// are present).
+const ROOT_SKIPPABLE: &[&str] = &[
+    "$schema",
+    "$defs",
     "type",
     "properties",
     "required",
     "additionalProperties",
 ];
 
-/// Keywords of a rewritten property's schema that never look into its
-/// elements (its type is read off the array's own entry), and annotations.
-const PROPERTY_SKIPPABLE: &[&str] = &[
-    KEYWORD,
-    "type",
-    "$comment",
-    "title",
-    "description",
-    "examples",
-    "default",
-    "deprecated",
-    "readOnly",
-    "writeOnly",
-];
+/// Keywords of a rewritten property's schema besides annotations that never
+/// look into its elements (its type is read off the array's own entry).
+const PROPERTY_SKIPPABLE: &[&str] = &[KEYWORD, "type"];
+
+/// Whether `word` is an annotation or one of `also`.
+fn one_of(word: &str, also: &[&str]) -> bool {
+    ANNOTATIONS.contains(&word) || also.contains(&word)
+}
 
 /// A top-level property whose `items` the keyword stands in for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,9 +142,7 @@ pub(super) fn memoize_items(schema: &mut Value) -> Vec<Memoized> {
     {
         return Vec::new();
     }
-    let root_skippable = root
-        .keys()
-        .all(|name| ROOT_SKIPPABLE.contains(&name.as_str()));
+    let root_skippable = root.keys().all(|name| one_of(name, ROOT_SKIPPABLE));
     let defs = root.get("$defs").cloned();
     let Some(Value::Object(properties)) = root.get_mut("properties") else {
         return Vec::new();
@@ -177,9 +173,7 @@ pub(super) fn memoize_items(schema: &mut Value) -> Vec<Memoized> {
         replaced.push(Memoized {
             property: name.clone(),
             skippable: root_skippable
-                && property
-                    .keys()
-                    .all(|word| PROPERTY_SKIPPABLE.contains(&word.as_str())),
+                && property.keys().all(|word| one_of(word, PROPERTY_SKIPPABLE)),
         });
     }
     replaced

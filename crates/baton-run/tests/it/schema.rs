@@ -528,6 +528,45 @@ proptest! {
     }
 }
 
+/// Lists of the property `l` of `root` (the schema `schema` compiled) get
+/// the value validator's verdicts: each list drawn from `pool` (with
+/// elements drawn from the item schema, and numbers that begin with each
+/// other's digits, added to it, so that elements repeat across lists, at
+/// other positions, beside new ones), alone and beside another member, and
+/// the lists so far joined, as a team's task list grows (so that each
+/// begins with the last list accepted), also with its last element
+/// changed and cut short.
+fn lists_agree(
+    schema: &Schema,
+    root: &Value,
+    mut pool: Vec<Value>,
+    lists: &[Vec<prop::sample::Index>],
+    seeds: &[u64],
+) -> Result<(), TestCaseError> {
+    let item = root["properties"]["l"]["items"].clone();
+    for seed in seeds {
+        pool.push(draw(root, &item, &mut Choices(seed | 1), 0));
+    }
+    for literal in ["1", "12", "100", "1.5"] {
+        pool.push(serde_json::from_str(literal).expect("a number"));
+    }
+    let mut grown = Vec::new();
+    for list in lists {
+        let elements: Vec<Value> = list.iter().map(|index| index.get(&pool).clone()).collect();
+        agree(schema, &json!({"l": elements}))?;
+        agree(schema, &json!({"a": 1, "l": elements}))?;
+        grown.extend(elements);
+        agree(schema, &json!({"l": grown}))?;
+        if let Some(last) = grown.last().cloned() {
+            let mut changed = grown.clone();
+            *changed.last_mut().expect("not empty") = json!([last]);
+            agree(schema, &json!({"l": changed}))?;
+            agree(schema, &json!({"l": grown[..grown.len() - 1]}))?;
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(Config::with_cases(1000))]
 
@@ -561,23 +600,7 @@ proptest! {
         let Ok(schema) = Schema::new(Payload::from_value(&root).expect("small JSON")) else {
             return Ok(());
         };
-        // Elements drawn from the item schema join the pool, so that many
-        // lists are accepted and their elements remembered.
-        let item = root["properties"]["l"]["items"].clone();
-        let mut pool = pool;
-        for seed in &seeds {
-            pool.push(draw(&root, &item, &mut Choices(seed | 1), 0));
-        }
-        // Each list alone, and the lists so far joined, as a team's task
-        // list grows.
-        let mut grown = Vec::new();
-        for list in &lists {
-            let elements: Vec<Value> = list.iter().map(|index| index.get(&pool).clone()).collect();
-            agree(&schema, &json!({"l": elements}))?;
-            agree(&schema, &json!({"l": elements, "a": 1}))?;
-            grown.extend(elements);
-            agree(&schema, &json!({"l": grown}))?;
-        }
+        lists_agree(&schema, &root, pool, &lists, &seeds)?;
     }
 }
 
@@ -624,29 +647,7 @@ proptest! {
         let Ok(schema) = Schema::new(Payload::from_value(&root).expect("small JSON")) else {
             return Ok(());
         };
-        let item = root["properties"]["l"]["items"].clone();
-        let mut pool = pool;
-        for seed in &seeds {
-            pool.push(draw(&root, &item, &mut Choices(seed | 1), 0));
-        }
-        for literal in ["1", "12", "100", "1.5"] {
-            pool.push(serde_json::from_str(literal).expect("a number"));
-        }
-        let mut grown = Vec::new();
-        for list in &lists {
-            let elements: Vec<Value> = list.iter().map(|index| index.get(&pool).clone()).collect();
-            agree(&schema, &json!({"l": elements}))?;
-            agree(&schema, &json!({"a": 1, "l": elements}))?;
-            grown.extend(elements);
-            agree(&schema, &json!({"l": grown}))?;
-            // The grown list with its last element changed, or cut short.
-            if let Some(last) = grown.last().cloned() {
-                let mut changed = grown.clone();
-                *changed.last_mut().expect("not empty") = json!([last]);
-                agree(&schema, &json!({"l": changed}))?;
-                agree(&schema, &json!({"l": grown[..grown.len() - 1]}))?;
-            }
-        }
+        lists_agree(&schema, &root, pool, &lists, &seeds)?;
     }
 }
 
