@@ -41,7 +41,7 @@ struct Validators {
 /// subtrees.
 struct TextValidator {
     validator: jsonschema::Validator<text::CanonicalText>,
-    skippable: Vec<(String, Arc<std::sync::Mutex<items::Accepted>>)>,
+    skippable: Vec<(String, items::Memo)>,
 }
 
 impl Validators {

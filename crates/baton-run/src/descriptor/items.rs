@@ -108,9 +108,12 @@ pub(super) struct Memoized {
     pub(super) skippable: bool,
 }
 
-/// The memo of each memoized property, by name, shared by the keyword
-/// compiled for it and the text validator that builds the tapes.
-pub(super) type Memos = BTreeMap<String, Arc<Mutex<Accepted>>>;
+/// One property's memo, shared by the keyword compiled for it and the text
+/// validator that builds the tapes.
+pub(super) type Memo = Arc<Mutex<Accepted>>;
+
+/// The memo of each memoized property, by name.
+pub(super) type Memos = BTreeMap<String, Memo>;
 
 /// A fresh memo for each of `memoized`.
 pub(super) fn memos(memoized: &[Memoized]) -> Memos {
@@ -227,7 +230,7 @@ pub(super) fn compile<'a>(
 /// `items`, with a memo of the last array it accepted.
 struct MemoizedItems {
     items: jsonschema::Validator<CanonicalText>,
-    accepted: Arc<Mutex<Accepted>>,
+    accepted: Memo,
 }
 
 /// An array that satisfied the keyword: its text, and where each of its
