@@ -239,8 +239,17 @@ pub enum RecordBody {
         /// Its exact program (`ProgramRef::digest`; the full ref is the
         /// parent's declared child).
         program: crate::digest::Digest,
-        /// Its validated input.
-        input: Payload,
+        /// Its validated input, written only in logs from before the
+        /// kernel named it by `effect`: absent, it is the input of the
+        /// parent's start effect, which the parent's step recorded, so a
+        /// large input (a team's turn) is written and hashed once. Where
+        /// present it must be that input.
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "crate::payload::deserialize_present"
+        )]
+        input: Option<Payload>,
         /// Its budget (debited from the parent).
         budget: Budget,
         /// Its capabilities.

@@ -254,7 +254,8 @@ pub(in crate::engine) fn start_child(
         key,
         name: child_program.descriptor().name().clone(),
         program: child_program.reference().digest,
-        input,
+        // The parent's start effect carries it (see `RecordBody::ChildStarted`).
+        input: None,
         budget,
         capabilities,
         state,

@@ -460,6 +460,66 @@ fn a_child_start_is_refused_for_an_undeclared_program_and_started_for_a_declared
 }
 
 #[test]
+fn a_started_child_takes_its_input_from_its_parents_start_effect() {
+    let child = program("test.child", complete(), Vec::new());
+    let root = program("test.root", complete(), vec![child.clone()]);
+    let mut tree = tree(&root, Budget::unlimited());
+    let id = tree.root;
+    let input = Payload::parse_str(r#"{"turn":["first task","second task"]}"#).expect("json");
+    let key = ChildKey::new("coordinator").expect("valid");
+    declare(
+        &mut tree,
+        id,
+        vec![Effect::StartChild {
+            key: key.clone(),
+            program: child.reference().digest,
+            input: input.clone(),
+            budget: Budget::unlimited(),
+            capabilities: Capabilities::none(),
+            grant: Grant::Exact,
+        }],
+    );
+    let Next::StartChild { effect, start } = next(&tree, id, &NoFlights, FREE) else {
+        panic!("the frontier is the child start");
+    };
+    let started = start_child(&tree, &root, id, effect, start);
+    let RecordBody::ChildStarted { input: written, .. } = &started.record else {
+        panic!("expected a started child, got {:?}", started.record);
+    };
+    assert_eq!(*written, None, "the start effect already holds the input");
+    let text = crate::canonical::to_text(&started.record).expect("encodes");
+    assert!(
+        !text.contains("task"),
+        "the input is written once, in the parent's step: {text}"
+    );
+    let child_id = ProcessId::child(id, &key);
+    let mut folded = tree.clone();
+    folded.apply(&started.record).expect("the start applies");
+    assert_eq!(folded.processes[&child_id].input, input.digest());
+
+    // Logs written before the record named its input by the effect carry
+    // it: the same input folds the same, another one is a corruption.
+    let carrying = |carried: Payload| {
+        let mut record = started.record.clone();
+        if let RecordBody::ChildStarted { input, .. } = &mut record {
+            *input = Some(carried);
+        }
+        record
+    };
+    let mut older = tree.clone();
+    older
+        .apply(&carrying(input.clone()))
+        .expect("an older record carrying the declared input applies");
+    assert_eq!(older.processes[&child_id].input, input.digest());
+    let mut edited = tree.clone();
+    let error = edited
+        .apply(&carrying(Payload::null()))
+        .expect_err("an input the effect did not declare is refused");
+    assert!(error.0.contains("input"), "{error}");
+    assert!(!edited.processes.contains_key(&child_id));
+}
+
+#[test]
 fn a_children_wait_settles_only_once_its_condition_holds() {
     let child = program("test.child", complete(), Vec::new());
     let root = program("test.root", complete(), vec![child.clone()]);

@@ -884,7 +884,7 @@ impl TreeState {
                 key,
                 name,
                 program,
-                input,
+                input: recorded,
                 budget,
                 capabilities,
                 state,
@@ -895,10 +895,22 @@ impl TreeState {
                 let parent_id = *parent;
                 let parent = self.process_mut(parent_id)?;
                 let slot = parent.slot_mut(*effect)?;
-                if slot.phase != Phase::Planned || !matches!(slot.effect, Effect::StartChild { .. })
-                {
-                    return inconsistent(format!("effect {effect} is not a planned child start"));
+                let input = match &slot.effect {
+                    Effect::StartChild { input, .. } if slot.phase == Phase::Planned => input,
+                    _ => {
+                        return inconsistent(format!(
+                            "effect {effect} is not a planned child start"
+                        ));
+                    }
+                };
+                // Logs written before the record named its input by the
+                // effect carry it: the declared one.
+                if recorded.as_ref().is_some_and(|recorded| recorded != input) {
+                    return inconsistent(format!(
+                        "child {child}'s recorded input differs from its start effect's"
+                    ));
                 }
+                let input = input.clone();
                 let receipt = Payload::encode(child).map_err(|e| ApplyError(e.to_string()))?;
                 slot.phase = Phase::Settled(Settlement::ok(receipt));
                 parent.children.insert(key.clone(), *child);
@@ -910,7 +922,7 @@ impl TreeState {
                     name: name.clone(),
                     digest: *program,
                 };
-                let mut process = ProcessState::new(program, input, budget, capabilities, state);
+                let mut process = ProcessState::new(program, &input, budget, capabilities, state);
                 process.parent = Some(parent_id);
                 process.key = Some(key.clone());
                 process.depth = depth;
