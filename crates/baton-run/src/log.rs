@@ -254,8 +254,15 @@ pub enum RecordBody {
         budget: Budget,
         /// Its capabilities.
         capabilities: Capabilities,
-        /// Its initial state.
-        state: ExecutionState,
+        /// Its initial state; absent where that is its input (a program
+        /// that keeps its input as its state, as a team's coordinator keeps
+        /// its turn), so the input is not written a second time.
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "crate::payload::deserialize_present"
+        )]
+        state: Option<ExecutionState>,
     },
     /// A control reached a child: the delivery and the parent's receipt.
     ControlDelivered {

@@ -258,7 +258,7 @@ pub(in crate::engine) fn start_child(
         input: None,
         budget,
         capabilities,
-        state,
+        state: (state.0 != input).then_some(state),
     };
     ChildStarted {
         record,

@@ -520,6 +520,59 @@ fn a_started_child_takes_its_input_from_its_parents_start_effect() {
 }
 
 #[test]
+fn a_started_child_whose_initial_state_is_its_input_is_recorded_without_it() {
+    // The scripted program's initial state is `null`: the input of one
+    // child, not of the other.
+    let child = program("test.child", complete(), Vec::new());
+    let root = program("test.root", complete(), vec![child.clone()]);
+    let mut tree = tree(&root, Budget::unlimited());
+    let id = tree.root;
+    let start_of = |key: &str, input: Payload| Effect::StartChild {
+        key: ChildKey::new(key).expect("valid"),
+        program: child.reference().digest,
+        input,
+        budget: Budget::unlimited(),
+        capabilities: Capabilities::none(),
+        grant: Grant::Exact,
+    };
+    let other = Payload::parse_str("[1,2]").expect("json");
+    declare(
+        &mut tree,
+        id,
+        vec![start_of("same", Payload::null()), start_of("other", other)],
+    );
+    let mut records = Vec::new();
+    for _ in 0..2 {
+        let Next::StartChild { effect, start } = next(&tree, id, &NoFlights, FREE) else {
+            panic!("the frontier is a child start");
+        };
+        let started = start_child(&tree, &root, id, effect, start);
+        tree.apply(&started.record).expect("the start applies");
+        records.push(started.record);
+    }
+    let states: Vec<_> = records
+        .iter()
+        .map(|record| match record {
+            RecordBody::ChildStarted { state, .. } => state.clone(),
+            other => panic!("expected a started child, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        states,
+        vec![None, Some(ExecutionState(Payload::null()))],
+        "only a state other than the input is written"
+    );
+    for key in ["same", "other"] {
+        let child = ProcessId::child(id, &ChildKey::new(key).expect("valid"));
+        assert_eq!(
+            tree.processes[&child].state,
+            ExecutionState(Payload::null()),
+            "{key} folds to the state its program started with"
+        );
+    }
+}
+
+#[test]
 fn a_children_wait_settles_only_once_its_condition_holds() {
     let child = program("test.child", complete(), Vec::new());
     let root = program("test.root", complete(), vec![child.clone()]);

@@ -24,6 +24,7 @@ use crate::protocol::{
 };
 use crate::storage::{TreeMeta, TreeStatus};
 
+mod child;
 mod fold;
 
 pub(super) use fold::{fold, replay, verify_history};
@@ -877,58 +878,7 @@ impl TreeState {
                 process.terminate(termination.clone());
                 Ok(())
             }
-            RecordBody::ChildStarted {
-                parent,
-                effect,
-                child,
-                key,
-                name,
-                program,
-                input: recorded,
-                budget,
-                capabilities,
-                state,
-            } => {
-                if self.processes.contains_key(child) {
-                    return inconsistent(format!("child {child} already exists"));
-                }
-                let parent_id = *parent;
-                let parent = self.process_mut(parent_id)?;
-                let slot = parent.slot_mut(*effect)?;
-                let input = match &slot.effect {
-                    Effect::StartChild { input, .. } if slot.phase == Phase::Planned => input,
-                    _ => {
-                        return inconsistent(format!(
-                            "effect {effect} is not a planned child start"
-                        ));
-                    }
-                };
-                // Logs written before the record named its input by the
-                // effect carry it: the declared one.
-                if recorded.as_ref().is_some_and(|recorded| recorded != input) {
-                    return inconsistent(format!(
-                        "child {child}'s recorded input differs from its start effect's"
-                    ));
-                }
-                let input = input.clone();
-                let receipt = Payload::encode(child).map_err(|e| ApplyError(e.to_string()))?;
-                slot.phase = Phase::Settled(Settlement::ok(receipt));
-                parent.children.insert(key.clone(), *child);
-                parent.live_children += 1;
-                parent.debit(budget);
-                let depth = parent.depth + 1;
-                parent.advance();
-                let program = ProgramId {
-                    name: name.clone(),
-                    digest: *program,
-                };
-                let mut process = ProcessState::new(program, &input, budget, capabilities, state);
-                process.parent = Some(parent_id);
-                process.key = Some(key.clone());
-                process.depth = depth;
-                self.processes.insert(*child, Box::new(process));
-                Ok(())
-            }
+            RecordBody::ChildStarted { .. } => self.child_started(body),
             RecordBody::ControlDelivered {
                 parent,
                 effect,
