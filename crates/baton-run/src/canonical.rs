@@ -27,8 +27,10 @@ use std::sync::Arc;
 use serde::ser::{self, Impossible, Serialize};
 use serde_json::ser::{CompactFormatter, Formatter};
 
+mod compact;
 mod map_key;
 
+pub(crate) use compact::{Compact, compact_by};
 use map_key::MapKey;
 
 type Error = serde_json::Error;

@@ -259,9 +259,16 @@ impl FromStr for Digest {
     }
 }
 
+impl Digest {
+    /// The text form (`b3:` and 64 hex digits), built on the stack.
+    pub(crate) fn text(&self) -> HexText {
+        HexText::new("b3:", &self.0)
+    }
+}
+
 impl Serialize for Digest {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(HexText::new("b3:", &self.0).as_str())
+        serializer.serialize_str(self.text().as_str())
     }
 }
 

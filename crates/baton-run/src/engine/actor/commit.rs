@@ -140,11 +140,8 @@ impl Actor {
             snapshot: None,
         };
         // Encoded after the write is under way, before the next round.
-        let snapshot = |actor: &Actor| {
-            snapshot_due.then(|| {
-                crate::canonical::to_compact(&actor.state).expect("tree state always encodes")
-            })
-        };
+        let snapshot =
+            |actor: &Actor| snapshot_due.then(|| super::super::state::snapshot(&actor.state));
         let mut records = Some(records);
         if let Some(start) = self.unborn.take() {
             // A root that ended or waits after its first round is created

@@ -26,8 +26,10 @@ use crate::storage::{TreeMeta, TreeStatus};
 
 mod child;
 mod fold;
+mod snapshot;
 
 pub(super) use fold::{fold, replay, verify_history};
+pub(super) use snapshot::encode as snapshot;
 
 /// The committed state of a whole tree.
 #[derive(Clone, Debug, Serialize, Deserialize)]
