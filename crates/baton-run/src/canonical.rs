@@ -28,9 +28,14 @@ use serde::ser::{self, Impossible, Serialize};
 use serde_json::ser::{CompactFormatter, Formatter};
 
 mod compact;
+mod escape;
 mod map_key;
 
 pub(crate) use compact::{Compact, compact_by};
+use escape::escape_into;
+#[cfg(test)]
+use escape::needs_escape;
+pub(crate) use escape::{BLOCK, block_escapes};
 use map_key::MapKey;
 
 type Error = serde_json::Error;
@@ -181,19 +186,6 @@ impl std::io::Write for Ascii<'_> {
     }
 }
 
-/// Appends `text` escaped as serde_json escapes string contents: `"`, `\\`
-/// and control characters only, the common ones by their short forms.
-#[inline]
-fn escape_into(out: &mut String, text: &str) {
-    // Most text has nothing to escape: look for that a block or a word at a
-    // time.
-    if needs_escape(text.as_bytes()) {
-        escape_slow(out, text);
-    } else {
-        append(out, text);
-    }
-}
-
 /// Appends `bytes` to `out`, a long run a piece of at most [`PIECE`] bytes
 /// at a time. One `memcpy` of a long run into a buffer at an odd offset
 /// can be many times slower than the same bytes copied in pieces: on the
@@ -226,107 +218,6 @@ fn append_long(out: &mut String, text: &str) {
         out.push_str(&rest[..cut]);
         rest = &rest[cut..];
     }
-}
-
-/// [`escape_into`] for text that has something to escape.
-#[cold]
-fn escape_slow(out: &mut String, text: &str) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut plain = 0;
-    // Every byte escaped is ASCII, so the text between them is cut at
-    // character boundaries.
-    for (at, &byte) in text.as_bytes().iter().enumerate() {
-        let short = match byte {
-            b'"' => '"',
-            b'\\' => '\\',
-            b'\n' => 'n',
-            b'\r' => 'r',
-            b'\t' => 't',
-            0x08 => 'b',
-            0x0c => 'f',
-            0x00..=0x1f => 'u',
-            _ => continue,
-        };
-        append(out, &text[plain..at]);
-        plain = at + 1;
-        out.push('\\');
-        out.push(short);
-        if short == 'u' {
-            out.push_str("00");
-            out.push(char::from(HEX[usize::from(byte >> 4)]));
-            out.push(char::from(HEX[usize::from(byte & 0xf)]));
-        }
-    }
-    append(out, &text[plain..]);
-}
-
-/// Whether any byte of `bytes` is `"`, `\\` or a control character,
-/// checked a block of [`BLOCK`] bytes at a time, then a word at a time;
-/// the last few bytes are checked as one more word (the last eight bytes
-/// again; in text shorter than a word, its first four and last four bytes,
-/// or its bytes one by one below four), since most strings written are
-/// keys and ids shorter than a few words.
-#[inline]
-fn needs_escape(bytes: &[u8]) -> bool {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
-    /// The high bit of each byte of `word` below `limit` (at most 0x80)
-    /// may be set, and some is exactly when some byte is: the classic
-    /// test for "has a byte less than".
-    fn below(word: u64, limit: u8) -> u64 {
-        word.wrapping_sub(ONES * u64::from(limit)) & !word & HIGHS
-    }
-    fn escapes(word: u64) -> bool {
-        below(word, 0x20)
-            | below(word ^ (ONES * u64::from(b'"')), 1)
-            | below(word ^ (ONES * u64::from(b'\\')), 1)
-            != 0
-    }
-    fn word(eight: &[u8]) -> u64 {
-        u64::from_ne_bytes(eight.try_into().expect("eight bytes"))
-    }
-    // Long text a block at a time, a form the compiler turns into vector
-    // compares (about three times the words' speed over a 250 KB string);
-    // the words take the rest.
-    let mut blocks = bytes.chunks_exact(BLOCK);
-    if blocks.any(block_escapes) {
-        return true;
-    }
-    let bytes = blocks.remainder();
-    let mut chunks = bytes.chunks_exact(8);
-    if chunks.any(|chunk| escapes(word(chunk))) {
-        return true;
-    }
-    let rest = chunks.remainder();
-    let last = match (bytes.len().checked_sub(8), rest.len()) {
-        (_, 0) => return false,
-        (Some(from), _) => word(&bytes[from..]),
-        // Shorter than a word: its first four bytes and its last four
-        // (overlapping) make one, without copying it anywhere.
-        (None, 4..) => {
-            let half = |four: &[u8]| u32::from_ne_bytes(four.try_into().expect("four bytes"));
-            u64::from(half(&rest[..4])) | (u64::from(half(&rest[rest.len() - 4..])) << 32)
-        }
-        (None, _) => {
-            return rest
-                .iter()
-                .any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\');
-        }
-    };
-    escapes(last)
-}
-
-/// The bytes [`needs_escape`] checks together.
-pub(crate) const BLOCK: usize = 64;
-
-/// Whether a block holds a byte to escape: every byte compared, no early
-/// exit inside the block, so that the loop vectorizes.
-pub(crate) fn block_escapes(block: &[u8]) -> bool {
-    let mut found = false;
-    for &byte in block {
-        found |= (byte < 0x20) | (byte == b'"') | (byte == b'\\');
-    }
-    found
 }
 
 /// Escapes formatted text as it is written (for `collect_str`).
