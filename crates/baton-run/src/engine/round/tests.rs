@@ -151,6 +151,27 @@ fn settled_code(record: &RecordBody) -> Option<&str> {
     }
 }
 
+/// An exact start of `child` under `key` with `input`, unlimited and
+/// without capabilities.
+fn exact_start(child: &Program, key: &str, input: Payload) -> Effect {
+    Effect::StartChild {
+        key: ChildKey::new(key).expect("valid"),
+        program: child.reference().digest,
+        input,
+        budget: Budget::unlimited(),
+        capabilities: Capabilities::none(),
+        grant: Grant::Exact,
+    }
+}
+
+/// What the round stages for the child start at the frontier of `id`.
+fn staged_start(tree: &TreeState, root: &Program, id: ProcessId) -> children::ChildStarted {
+    let Next::StartChild { effect, start } = next(tree, id, &NoFlights, FREE) else {
+        panic!("the frontier is a child start");
+    };
+    start_child(tree, root, id, effect, start)
+}
+
 #[test]
 fn a_runnable_root_steps_only_when_the_commit_has_room_and_its_completion_is_adopted() {
     let root = program("test.root", complete(), Vec::new());
@@ -470,19 +491,9 @@ fn a_started_child_takes_its_input_from_its_parents_start_effect() {
     declare(
         &mut tree,
         id,
-        vec![Effect::StartChild {
-            key: key.clone(),
-            program: child.reference().digest,
-            input: input.clone(),
-            budget: Budget::unlimited(),
-            capabilities: Capabilities::none(),
-            grant: Grant::Exact,
-        }],
+        vec![exact_start(&child, key.as_str(), input.clone())],
     );
-    let Next::StartChild { effect, start } = next(&tree, id, &NoFlights, FREE) else {
-        panic!("the frontier is the child start");
-    };
-    let started = start_child(&tree, &root, id, effect, start);
+    let started = staged_start(&tree, &root, id);
     let RecordBody::ChildStarted { input: written, .. } = &started.record else {
         panic!("expected a started child, got {:?}", started.record);
     };
@@ -527,26 +538,18 @@ fn a_started_child_whose_initial_state_is_its_input_is_recorded_without_it() {
     let root = program("test.root", complete(), vec![child.clone()]);
     let mut tree = tree(&root, Budget::unlimited());
     let id = tree.root;
-    let start_of = |key: &str, input: Payload| Effect::StartChild {
-        key: ChildKey::new(key).expect("valid"),
-        program: child.reference().digest,
-        input,
-        budget: Budget::unlimited(),
-        capabilities: Capabilities::none(),
-        grant: Grant::Exact,
-    };
     let other = Payload::parse_str("[1,2]").expect("json");
     declare(
         &mut tree,
         id,
-        vec![start_of("same", Payload::null()), start_of("other", other)],
+        vec![
+            exact_start(&child, "same", Payload::null()),
+            exact_start(&child, "other", other),
+        ],
     );
     let mut records = Vec::new();
     for _ in 0..2 {
-        let Next::StartChild { effect, start } = next(&tree, id, &NoFlights, FREE) else {
-            panic!("the frontier is a child start");
-        };
-        let started = start_child(&tree, &root, id, effect, start);
+        let started = staged_start(&tree, &root, id);
         tree.apply(&started.record).expect("the start applies");
         records.push(started.record);
     }
@@ -657,19 +660,9 @@ fn a_kill_ends_the_process_and_every_live_descendant_parents_first() {
     declare(
         &mut tree,
         id,
-        vec![Effect::StartChild {
-            key: ChildKey::new("c").expect("valid"),
-            program: child.reference().digest,
-            input: Payload::null(),
-            budget: Budget::unlimited(),
-            capabilities: Capabilities::none(),
-            grant: Grant::Exact,
-        }],
+        vec![exact_start(&child, "c", Payload::null())],
     );
-    let Next::StartChild { effect, start } = next(&tree, id, &NoFlights, FREE) else {
-        panic!("the frontier is the child start");
-    };
-    let started = start_child(&tree, &root, id, effect, start);
+    let started = staged_start(&tree, &root, id);
     tree.apply(&started.record).expect("the start applies");
     let mut records = Vec::new();
     kill(&tree, id, &mut records);
