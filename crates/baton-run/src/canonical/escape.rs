@@ -53,20 +53,39 @@ fn escape_slow(out: &mut String, text: &str) {
     append(out, &text[plain..]);
 }
 
+const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+
+/// The high bit of each byte of `word` below `limit` (at most 0x80) may be
+/// set, and some is exactly when some byte is: the classic test for "has a
+/// byte less than". A byte is flagged without being below `limit` only
+/// above one that is (a borrow carries upward), so in a little-endian word
+/// the lowest flagged byte is the first such byte.
+fn below(word: u64, limit: u8) -> u64 {
+    word.wrapping_sub(ONES * u64::from(limit)) & !word & HIGHS
+}
+
+/// Whether `byte` is written escaped: `"`, `\\` or a control character.
+fn to_escape(byte: u8) -> bool {
+    byte < 0x20 || byte == b'"' || byte == b'\\'
+}
+
+/// [`below`]'s flags for the bytes of `word` to escape: `"`, `\\` and
+/// control characters.
+fn escapes(word: u64) -> u64 {
+    below(word, 0x20)
+        | below(word ^ (ONES * u64::from(b'"')), 1)
+        | below(word ^ (ONES * u64::from(b'\\')), 1)
+}
+
 /// The first byte at or after `from` that is `"`, `\\` or a control
 /// character, looked for eight bytes at a time: in a little-endian word
 /// the lowest byte flagged by the "has a byte less than" test is the first
 /// such byte (its false positives only follow a true one).
 fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
-    let below = |word: u64, limit: u8| word.wrapping_sub(ONES * u64::from(limit)) & !word & HIGHS;
     let mut at = from;
     while let Some(eight) = bytes.get(at..at + 8) {
-        let word = u64::from_le_bytes(eight.try_into().expect("eight bytes"));
-        let found = below(word, 0x20)
-            | below(word ^ (ONES * u64::from(b'"')), 1)
-            | below(word ^ (ONES * u64::from(b'\\')), 1);
+        let found = escapes(u64::from_le_bytes(eight.try_into().expect("eight bytes")));
         if found != 0 {
             return Some(at + (found.trailing_zeros() / 8) as usize);
         }
@@ -74,7 +93,7 @@ fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
     }
     bytes[at.min(bytes.len())..]
         .iter()
-        .position(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\')
+        .position(|&byte| to_escape(byte))
         .map(|offset| at + offset)
 }
 
@@ -86,20 +105,6 @@ fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
 /// keys and ids shorter than a few words.
 #[inline]
 pub(super) fn needs_escape(bytes: &[u8]) -> bool {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
-    /// The high bit of each byte of `word` below `limit` (at most 0x80)
-    /// may be set, and some is exactly when some byte is: the classic
-    /// test for "has a byte less than".
-    fn below(word: u64, limit: u8) -> u64 {
-        word.wrapping_sub(ONES * u64::from(limit)) & !word & HIGHS
-    }
-    fn escapes(word: u64) -> bool {
-        below(word, 0x20)
-            | below(word ^ (ONES * u64::from(b'"')), 1)
-            | below(word ^ (ONES * u64::from(b'\\')), 1)
-            != 0
-    }
     fn word(eight: &[u8]) -> u64 {
         u64::from_ne_bytes(eight.try_into().expect("eight bytes"))
     }
@@ -112,7 +117,7 @@ pub(super) fn needs_escape(bytes: &[u8]) -> bool {
     }
     let bytes = blocks.remainder();
     let mut chunks = bytes.chunks_exact(8);
-    if chunks.any(|chunk| escapes(word(chunk))) {
+    if chunks.any(|chunk| escapes(word(chunk)) != 0) {
         return true;
     }
     let rest = chunks.remainder();
@@ -126,12 +131,10 @@ pub(super) fn needs_escape(bytes: &[u8]) -> bool {
             u64::from(half(&rest[..4])) | (u64::from(half(&rest[rest.len() - 4..])) << 32)
         }
         (None, _) => {
-            return rest
-                .iter()
-                .any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\');
+            return rest.iter().any(|&byte| to_escape(byte));
         }
     };
-    escapes(last)
+    escapes(last) != 0
 }
 
 /// The bytes [`needs_escape`] checks together.
