@@ -163,100 +163,22 @@ fn build(text: &str, tape: &mut Vec<Entry>, hints: &[Hint<'_>]) -> Option<()> {
     let mut at = 0usize;
     'value: loop {
         let index = u32::try_from(tape.len()).ok()?;
-        let start = at as u32;
-        // The value of a member of the root object (a name entry was the
-        // last one written) that a hint names.
-        let accepted = if !hints.is_empty() && open.len() == 1 && bytes.get(at) == Some(&b'[') {
-            tape.last()
-                .filter(|name| name.kind == Kind::Key && !name.escaped)
-                .and_then(|name| {
-                    let name = &text[name.start as usize..name.end as usize];
-                    hints.iter().find(|hint| hint.name == name)
-                })
-        } else {
-            None
-        };
-        if let Some(resume) =
-            accepted.and_then(|hint| accepted_head(bytes, at, &hint.accepted, tape))
-        {
+        let head = hinted(text, at, tape, open.len(), hints)
+            .and_then(|hint| accepted_head(bytes, at, &hint.accepted, tape));
+        at = if let Some(resume) = head {
+            // The array stays open after its last accepted element.
             open.push(index);
-            at = resume;
+            resume
         } else {
-            let leaf = |kind, end: usize, tape: &mut Vec<Entry>| {
-                tape.push(Entry {
-                    kind,
-                    escaped: false,
-                    start,
-                    end: end as u32,
-                    len: 0,
-                    next: index + 1,
-                });
-                end
-            };
-            match *bytes.get(at)? {
-                open_byte @ (b'{' | b'[') => {
-                    let (kind, close) = if open_byte == b'{' {
-                        (Kind::Object, b'}')
-                    } else {
-                        (Kind::Array, b']')
-                    };
-                    tape.push(Entry {
-                        kind,
-                        escaped: false,
-                        start,
-                        end: start,
-                        len: 0,
-                        next: index,
-                    });
-                    at += 1;
-                    if *bytes.get(at)? == close {
-                        at += 1;
-                        let entry = &mut tape[index as usize];
-                        entry.end = at as u32;
-                        entry.next = index + 1;
-                    } else {
-                        open.push(index);
-                        if kind == Kind::Object {
-                            at = key(bytes, at, tape)?;
-                        }
-                        continue 'value;
-                    }
+            match value(text, at, tape)? {
+                Read::Ended(end) => end,
+                Read::Opened(first) => {
+                    open.push(index);
+                    at = first;
+                    continue 'value;
                 }
-                b'"' => {
-                    let (end, escaped) = string(bytes, at + 1)?;
-                    tape.push(Entry {
-                        kind: Kind::String,
-                        escaped,
-                        start: start + 1,
-                        end: end as u32,
-                        len: 0,
-                        next: index + 1,
-                    });
-                    if escaped {
-                        serde_json::from_str::<String>(&text[at..=end]).ok()?;
-                    }
-                    at = end + 1;
-                }
-                b'n' if bytes[at..].starts_with(b"null") => at = leaf(Kind::Null, at + 4, tape),
-                b't' if bytes[at..].starts_with(b"true") => at = leaf(Kind::True, at + 4, tape),
-                b'f' if bytes[at..].starts_with(b"false") => at = leaf(Kind::False, at + 5, tape),
-                b'-' | b'0'..=b'9' => {
-                    let mut end = at + 1;
-                    while bytes.get(end).is_some_and(|byte| {
-                        matches!(byte, b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
-                    }) {
-                        end += 1;
-                    }
-                    // A short integer literal in JSON's form always reads;
-                    // anything else is read here, so that `number` never fails.
-                    if !plain_integer(&bytes[at..end]) {
-                        text[at..end].parse::<Number>().ok()?;
-                    }
-                    at = leaf(Kind::Number, end, tape);
-                }
-                _ => return None,
             }
-        }
+        };
         // A value just ended: it belongs to the innermost open container,
         // which either goes on or closes (and is then a value that ended).
         loop {
@@ -285,6 +207,116 @@ fn build(text: &str, tape: &mut Vec<Entry>, hints: &[Hint<'_>]) -> Option<()> {
             }
         }
     }
+}
+
+/// The hint naming the array at `at`, when it is the value of a member of
+/// the root object (`open` containers deep: one), whose name entry was the
+/// last one written.
+fn hinted<'h>(
+    text: &str,
+    at: usize,
+    tape: &[Entry],
+    open: usize,
+    hints: &'h [Hint<'h>],
+) -> Option<&'h Hint<'h>> {
+    if hints.is_empty() || open != 1 || text.as_bytes().get(at) != Some(&b'[') {
+        return None;
+    }
+    let name = tape
+        .last()
+        .filter(|name| name.kind == Kind::Key && !name.escaped)?;
+    let name = &text[name.start as usize..name.end as usize];
+    hints.iter().find(|hint| hint.name == name)
+}
+
+/// What [`value`] read at a place.
+enum Read {
+    /// A whole value, ending where it says.
+    Ended(usize),
+    /// A container with members, whose first member begins where it says
+    /// (an object's first name read): the caller keeps it open.
+    Opened(usize),
+}
+
+/// Writes the entry of the value at `at` (for a container with members,
+/// only the container's own entry and, for an object, its first name).
+fn value(text: &str, at: usize, tape: &mut Vec<Entry>) -> Option<Read> {
+    let bytes = text.as_bytes();
+    let index = u32::try_from(tape.len()).ok()?;
+    let start = at as u32;
+    let leaf = |kind, end: usize, tape: &mut Vec<Entry>| {
+        tape.push(Entry {
+            kind,
+            escaped: false,
+            start,
+            end: end as u32,
+            len: 0,
+            next: index + 1,
+        });
+        Read::Ended(end)
+    };
+    Some(match *bytes.get(at)? {
+        open_byte @ (b'{' | b'[') => {
+            let (kind, close) = if open_byte == b'{' {
+                (Kind::Object, b'}')
+            } else {
+                (Kind::Array, b']')
+            };
+            tape.push(Entry {
+                kind,
+                escaped: false,
+                start,
+                end: start,
+                len: 0,
+                next: index,
+            });
+            let first = at + 1;
+            if *bytes.get(first)? == close {
+                let entry = &mut tape[index as usize];
+                entry.end = (first + 1) as u32;
+                entry.next = index + 1;
+                Read::Ended(first + 1)
+            } else if kind == Kind::Object {
+                Read::Opened(key(bytes, first, tape)?)
+            } else {
+                Read::Opened(first)
+            }
+        }
+        b'"' => {
+            let (end, escaped) = string(bytes, at + 1)?;
+            tape.push(Entry {
+                kind: Kind::String,
+                escaped,
+                start: start + 1,
+                end: end as u32,
+                len: 0,
+                next: index + 1,
+            });
+            if escaped {
+                serde_json::from_str::<String>(&text[at..=end]).ok()?;
+            }
+            Read::Ended(end + 1)
+        }
+        b'n' if bytes[at..].starts_with(b"null") => leaf(Kind::Null, at + 4, tape),
+        b't' if bytes[at..].starts_with(b"true") => leaf(Kind::True, at + 4, tape),
+        b'f' if bytes[at..].starts_with(b"false") => leaf(Kind::False, at + 5, tape),
+        b'-' | b'0'..=b'9' => {
+            let mut end = at + 1;
+            while bytes
+                .get(end)
+                .is_some_and(|byte| matches!(byte, b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-'))
+            {
+                end += 1;
+            }
+            // A short integer literal in JSON's form always reads;
+            // anything else is read here, so that `number` never fails.
+            if !plain_integer(&bytes[at..end]) {
+                text[at..end].parse::<Number>().ok()?;
+            }
+            leaf(Kind::Number, end, tape)
+        }
+        _ => return None,
+    })
 }
 
 /// Writes the array at `at` and the elements it shares at its head with
