@@ -66,12 +66,7 @@ pub(crate) fn to_text<T: Serialize + ?Sized>(value: &T) -> Result<Box<str>, Erro
 /// written by serde_json itself, whose error is the answer when it fails
 /// too.
 pub(crate) fn to_compact<T: Serialize + ?Sized>(value: &T) -> Result<Arc<[u8]>, Error> {
-    with_scratch(|out, entries| {
-        if write_compact(out, entries, value).is_err() {
-            return serde_json::to_vec(value).map(Arc::from);
-        }
-        Ok(Arc::from(out.as_bytes()))
-    })
+    compact_by(|compact| compact.value(value)).or_else(|_| serde_json::to_vec(value).map(Arc::from))
 }
 
 /// Appends what this serializer writes of `value` with keys as given, or
