@@ -232,13 +232,27 @@ pub enum RecordBody {
         effect: EffectId,
         /// The child.
         child: ProcessId,
-        /// Its key under the parent.
-        key: ChildKey,
+        /// Its key under the parent, written only in logs from before the
+        /// kernel named it by `effect`: absent, it is the key of the
+        /// parent's start effect; where present it must be that key.
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "crate::payload::deserialize_present"
+        )]
+        key: Option<ChildKey>,
         /// Its program's descriptor name (for people).
         name: crate::ids::Name,
         /// Its exact program (`ProgramRef::digest`; the full ref is the
-        /// parent's declared child).
-        program: crate::digest::Digest,
+        /// parent's declared child), written only in older logs: absent,
+        /// it is the program of the parent's start effect; where present
+        /// it must be that program.
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "crate::payload::deserialize_present"
+        )]
+        program: Option<crate::digest::Digest>,
         /// Its validated input, written only in logs from before the
         /// kernel named it by `effect`: absent, it is the input of the
         /// parent's start effect, which the parent's step recorded, so a
@@ -250,10 +264,25 @@ pub enum RecordBody {
             deserialize_with = "crate::payload::deserialize_present"
         )]
         input: Option<Payload>,
-        /// Its budget (debited from the parent).
-        budget: Budget,
-        /// Its capabilities.
-        capabilities: Capabilities,
+        /// Its budget (debited from the parent); absent where it is the
+        /// budget the parent's start effect asked for (a start granted
+        /// exactly, or clipped to no less), written where a clipped grant
+        /// gave less, and always in older logs.
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "crate::payload::deserialize_present"
+        )]
+        budget: Option<Budget>,
+        /// Its capabilities, written only in older logs: absent, they are
+        /// those of the parent's start effect; where present they must be
+        /// those.
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "crate::payload::deserialize_present"
+        )]
+        capabilities: Option<Capabilities>,
         /// Its initial state; absent where that is its input (a program
         /// that keeps its input as its state, as a team's coordinator keeps
         /// its turn), so the input is not written a second time.

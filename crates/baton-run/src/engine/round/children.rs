@@ -220,11 +220,12 @@ pub(in crate::engine) fn start_child(
             format!("the parent lacks capabilities {}", names.join(", ")),
         ));
     }
-    let budget = match grant {
-        Grant::Exact => budget,
-        Grant::Clipped => clip(parent, &budget),
+    let granted = match grant {
+        Grant::Exact => None,
+        Grant::Clipped => Some(clip(parent, &budget)).filter(|clipped| *clipped != budget),
     };
-    if let Some(reason) = grant_refusal(parent, &budget) {
+    let budget = granted.as_ref().unwrap_or(&budget);
+    if let Some(reason) = grant_refusal(parent, budget) {
         return refused(Failure::execution("engine.child.budget_exhausted", reason));
     }
     if let Some(reason) = tree_limit(tree, parent) {
@@ -247,17 +248,19 @@ pub(in crate::engine) fn start_child(
         }
     };
     let child = ProcessId::child(parent_id, &key);
+    // The parent's start effect carries the key, program, input and
+    // capabilities, and the budget unless a clipped grant gave less (see
+    // `RecordBody::ChildStarted`).
     let record = RecordBody::ChildStarted {
         parent: parent_id,
         effect,
         child,
-        key,
+        key: None,
         name: child_program.descriptor().name().clone(),
-        program: child_program.reference().digest,
-        // The parent's start effect carries it (see `RecordBody::ChildStarted`).
+        program: None,
         input: None,
-        budget,
-        capabilities,
+        budget: granted,
+        capabilities: None,
         state: (state.0 != input).then_some(state),
     };
     ChildStarted {

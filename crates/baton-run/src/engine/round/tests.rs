@@ -9,8 +9,9 @@ use super::*;
 use crate::budget::{Budget, Capabilities, Quota, TreeLimits};
 use crate::clock::Timestamp;
 use crate::descriptor::{Descriptor, Schema};
+use crate::engine::state::snapshot;
 use crate::failure::StepError;
-use crate::ids::{ChildKey, EffectId, ProcessId, SignalId, StartId};
+use crate::ids::{ChildKey, EffectId, Name, ProcessId, SignalId, StartId};
 use crate::protocol::{
     Definition, Execution, ExecutionState, Grant, ProgramConfig, Transition, configuration_digest,
     implementation_digest,
@@ -374,11 +375,17 @@ fn a_clipped_start_starts_under_a_small_parent_and_starting_it_again_is_the_same
         panic!("expected a started child, got {:?}", started.record);
     };
     assert_eq!(
-        budget.steps,
-        Quota::Finite(4),
-        "clipped to what the parent had left after its two steps"
+        budget.as_ref().map(|budget| budget.steps),
+        Some(Quota::Finite(4)),
+        "clipped to what the parent had left after its two steps, and recorded"
     );
     tree.apply(&started.record).expect("the start applies");
+    let started_child = tree.processes[&id].children[&key];
+    assert_eq!(
+        tree.processes[&started_child].budget.steps,
+        Quota::Finite(4),
+        "the child folds the clipped grant, not the one asked for"
+    );
     assert!(
         !tree.processes[&id].allows(&crate::budget::Dimension::Steps, 1),
         "the grant is debited from the parent"
@@ -481,7 +488,7 @@ fn a_child_start_is_refused_for_an_undeclared_program_and_started_for_a_declared
 }
 
 #[test]
-fn a_started_child_takes_its_input_from_its_parents_start_effect() {
+fn a_started_child_takes_what_its_parents_start_effect_declared() {
     let child = program("test.child", complete(), Vec::new());
     let root = program("test.root", complete(), vec![child.clone()]);
     let mut tree = tree(&root, Budget::unlimited());
@@ -494,40 +501,122 @@ fn a_started_child_takes_its_input_from_its_parents_start_effect() {
         vec![exact_start(&child, key.as_str(), input.clone())],
     );
     let started = staged_start(&tree, &root, id);
-    let RecordBody::ChildStarted { input: written, .. } = &started.record else {
+    let RecordBody::ChildStarted {
+        key: written_key,
+        program: written_program,
+        input: written_input,
+        budget: written_budget,
+        capabilities: written_capabilities,
+        ..
+    } = &started.record
+    else {
         panic!("expected a started child, got {:?}", started.record);
     };
-    assert_eq!(*written, None, "the start effect already holds the input");
-    let text = crate::canonical::to_text(&started.record).expect("encodes");
-    assert!(
-        !text.contains("task"),
-        "the input is written once, in the parent's step: {text}"
+    assert_eq!(
+        (
+            written_key,
+            written_program,
+            written_input,
+            written_budget,
+            written_capabilities
+        ),
+        (&None, &None, &None, &None, &None),
+        "the start effect already holds them"
     );
+    let text = crate::canonical::to_text(&started.record).expect("encodes");
+    for repeated in ["task", "coordinator", "b3:", "budget", "capabilities"] {
+        assert!(
+            !text.contains(repeated),
+            "{repeated} is written once, in the parent's step: {text}"
+        );
+    }
     let child_id = ProcessId::child(id, &key);
     let mut folded = tree.clone();
     folded.apply(&started.record).expect("the start applies");
-    assert_eq!(folded.processes[&child_id].input, input.digest());
+    let folded_child = &folded.processes[&child_id];
+    assert_eq!(folded_child.input, input.digest());
+    assert_eq!(folded_child.key.as_ref(), Some(&key));
+    assert_eq!(folded_child.program.digest, child.reference().digest);
+    assert_eq!(folded_child.budget, Budget::unlimited());
+    assert_eq!(folded_child.capabilities, Capabilities::none());
+    assert_eq!(folded.processes[&id].children.get(&key), Some(&child_id));
 
-    // Logs written before the record named its input by the effect carry
-    // it: the same input folds the same, another one is a corruption.
-    let carrying = |carried: Payload| {
+    // Logs written before the record named these by the effect carry
+    // them: the declared ones fold the same, others are a corruption.
+    let carrying = |edit: &dyn Fn(&mut RecordBody)| {
         let mut record = started.record.clone();
-        if let RecordBody::ChildStarted { input, .. } = &mut record {
-            *input = Some(carried);
-        }
+        edit(&mut record);
         record
     };
+    let declared = carrying(&|record| {
+        if let RecordBody::ChildStarted {
+            key: k,
+            program,
+            input: i,
+            budget,
+            capabilities,
+            ..
+        } = record
+        {
+            *k = Some(key.clone());
+            *program = Some(child.reference().digest);
+            *i = Some(input.clone());
+            *budget = Some(Budget::unlimited());
+            *capabilities = Some(Capabilities::none());
+        }
+    });
+    let older_text = crate::canonical::to_text(&declared).expect("encodes");
+    assert!(
+        older_text.contains(r#""key":"coordinator""#) && older_text.contains(r#""budget":{}"#),
+        "{older_text}"
+    );
+    let read: RecordBody = serde_json::from_str(&older_text).expect("an older record reads");
+    assert_eq!(read, declared, "an older record reads as written");
     let mut older = tree.clone();
     older
-        .apply(&carrying(input.clone()))
-        .expect("an older record carrying the declared input applies");
-    assert_eq!(older.processes[&child_id].input, input.digest());
-    let mut edited = tree.clone();
-    let error = edited
-        .apply(&carrying(Payload::null()))
-        .expect_err("an input the effect did not declare is refused");
-    assert!(error.0.contains("input"), "{error}");
-    assert!(!edited.processes.contains_key(&child_id));
+        .apply(&read)
+        .expect("an older record carrying the declared start applies");
+    assert_eq!(
+        snapshot::encode(&older),
+        snapshot::encode(&folded),
+        "an older record folds to the same tree"
+    );
+    let other_key = ChildKey::new("other").expect("valid");
+    type Edit<'e> = &'e dyn Fn(&mut RecordBody);
+    let edits: [(&str, Edit<'_>); 4] = [
+        ("key", &|record| {
+            if let RecordBody::ChildStarted { key, .. } = record {
+                *key = Some(other_key.clone());
+            }
+        }),
+        ("program", &|record| {
+            if let RecordBody::ChildStarted { program, .. } = record {
+                *program = Some(root.reference().digest);
+            }
+        }),
+        ("input", &|record| {
+            if let RecordBody::ChildStarted { input, .. } = record {
+                *input = Some(Payload::null());
+            }
+        }),
+        ("capabilities", &|record| {
+            if let RecordBody::ChildStarted { capabilities, .. } = record {
+                *capabilities = Some(Capabilities::of([Name::new("net").expect("valid")]));
+            }
+        }),
+    ];
+    for (what, edit) in edits {
+        let mut edited = tree.clone();
+        let error = edited
+            .apply(&carrying(edit))
+            .expect_err("a start the effect did not declare is refused");
+        assert!(error.0.contains(what), "{what}: {error}");
+        assert_eq!(
+            snapshot::encode(&edited),
+            snapshot::encode(&tree),
+            "{what}: the refused record changed nothing"
+        );
+    }
 }
 
 #[test]

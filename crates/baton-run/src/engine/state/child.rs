@@ -7,21 +7,23 @@ use crate::payload::Payload;
 use crate::protocol::{Effect, ExecutionState, Settlement};
 
 impl TreeState {
-    /// Applies a `child_started` record. The child's input is the one its
-    /// parent's start effect declared (the record repeats it only in logs
-    /// written before it named it by the effect), and its initial state
-    /// that input unless the record holds another.
+    /// Applies a `child_started` record. The child's key, program, input
+    /// and capabilities are those its parent's start effect declared, and
+    /// its budget the one the effect asked for unless the record holds the
+    /// one a clipped grant gave (logs written before the record named them
+    /// by the effect repeat them, and must agree with it); its initial
+    /// state is its input unless the record holds another.
     pub(super) fn child_started(&mut self, body: &RecordBody) -> Result<(), ApplyError> {
         let RecordBody::ChildStarted {
             parent,
             effect,
             child,
-            key,
+            key: recorded_key,
             name,
-            program,
-            input: recorded,
-            budget,
-            capabilities,
+            program: recorded_program,
+            input: recorded_input,
+            budget: recorded_budget,
+            capabilities: recorded_capabilities,
             state,
         } = body
         else {
@@ -33,20 +35,51 @@ impl TreeState {
         let parent_id = *parent;
         let parent = self.process_mut(parent_id)?;
         let slot = parent.slot_mut(*effect)?;
-        let input = match &slot.effect {
-            Effect::StartChild { input, .. } if slot.phase == Phase::Planned => input,
-            _ => {
-                return inconsistent(format!("effect {effect} is not a planned child start"));
-            }
+        let Effect::StartChild {
+            key,
+            program,
+            input,
+            budget,
+            capabilities,
+            ..
+        } = &slot.effect
+        else {
+            return inconsistent(format!("effect {effect} is not a child start"));
         };
-        // Logs written before the record named its input by the
-        // effect carry it: the declared one.
-        if recorded.as_ref().is_some_and(|recorded| recorded != input) {
-            return inconsistent(format!(
-                "child {child}'s recorded input differs from its start effect's"
-            ));
+        if slot.phase != Phase::Planned {
+            return inconsistent(format!("effect {effect} is not a planned child start"));
         }
-        let input = input.clone();
+        // Logs written before the record named these by the effect carry
+        // them: the declared ones.
+        let differs = |what: &str| {
+            inconsistent(format!(
+                "child {child}'s recorded {what} differs from its start effect's"
+            ))
+        };
+        if recorded_key
+            .as_ref()
+            .is_some_and(|recorded| recorded != key)
+        {
+            return differs("key");
+        }
+        if recorded_program.is_some_and(|recorded| recorded != *program) {
+            return differs("program");
+        }
+        if recorded_input
+            .as_ref()
+            .is_some_and(|recorded| recorded != input)
+        {
+            return differs("input");
+        }
+        if recorded_capabilities
+            .as_ref()
+            .is_some_and(|recorded| recorded != capabilities)
+        {
+            return differs("capabilities");
+        }
+        let (key, program, input, capabilities) =
+            (key.clone(), *program, input.clone(), capabilities.clone());
+        let budget = recorded_budget.as_ref().unwrap_or(budget).clone();
         let state = state
             .clone()
             .unwrap_or_else(|| ExecutionState(input.clone()));
@@ -54,16 +87,16 @@ impl TreeState {
         slot.phase = Phase::Settled(Settlement::ok(receipt));
         parent.children.insert(key.clone(), *child);
         parent.live_children += 1;
-        parent.debit(budget);
+        parent.debit(&budget);
         let depth = parent.depth + 1;
         parent.advance();
         let program = ProgramId {
             name: name.clone(),
-            digest: *program,
+            digest: program,
         };
-        let mut process = ProcessState::new(program, &input, budget, capabilities, &state);
+        let mut process = ProcessState::new(program, &input, &budget, &capabilities, &state);
         process.parent = Some(parent_id);
-        process.key = Some(key.clone());
+        process.key = Some(key);
         process.depth = depth;
         self.processes.insert(*child, Box::new(process));
         Ok(())
