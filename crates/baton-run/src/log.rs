@@ -52,11 +52,14 @@ pub enum RecordKind {
     /// An attempt of a dispatch failed and its retry policy tries it again
     /// after a backoff.
     EffectRetrying,
+    /// A children wait settled with the outcomes its children's
+    /// terminations give at that point of the log, ending its batch.
+    ChildrenReady,
 }
 
 impl RecordKind {
     /// Every kind, in declaration order.
-    pub const ALL: [RecordKind; 12] = [
+    pub const ALL: [RecordKind; 13] = [
         RecordKind::TreeStarted,
         RecordKind::StepAdopted,
         RecordKind::EffectPending,
@@ -69,6 +72,7 @@ impl RecordKind {
         RecordKind::ChildStarted,
         RecordKind::ControlDelivered,
         RecordKind::EffectRetrying,
+        RecordKind::ChildrenReady,
     ];
 
     /// The snake_case name.
@@ -86,6 +90,7 @@ impl RecordKind {
             RecordKind::ChildStarted => "child_started",
             RecordKind::ControlDelivered => "control_delivered",
             RecordKind::EffectRetrying => "effect_retrying",
+            RecordKind::ChildrenReady => "children_ready",
         }
     }
 }
@@ -184,6 +189,19 @@ pub enum RecordBody {
         effect: EffectId,
         /// Its settlement.
         settlement: Settlement,
+    },
+    /// A children wait (`wait_children`) settled as the last open effect of
+    /// its batch: its outcomes are not written, since they are the
+    /// terminations of the children it names as the log holds them at this
+    /// record, in the order of its keys, and the fold takes them from there.
+    /// A wait settled while another effect of its batch is open is an
+    /// `effect_settled` record with its outcomes, as every wait was in logs
+    /// written before this record existed.
+    ChildrenReady {
+        /// The process.
+        process: ProcessId,
+        /// The `wait_children` effect.
+        effect: EffectId,
     },
     /// The host resolved an unknown effect.
     EffectResolved {
@@ -399,6 +417,7 @@ impl RecordBody {
             RecordBody::ChildStarted { .. } => RecordKind::ChildStarted,
             RecordBody::ControlDelivered { .. } => RecordKind::ControlDelivered,
             RecordBody::EffectRetrying { .. } => RecordKind::EffectRetrying,
+            RecordBody::ChildrenReady { .. } => RecordKind::ChildrenReady,
         }
     }
 }

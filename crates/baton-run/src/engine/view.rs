@@ -476,6 +476,15 @@ impl EventKind {
                     unknown: settlement.is_unknown(),
                 },
             ),
+            // Watchers see a wait settled either way it is recorded.
+            RecordBody::ChildrenReady { process, effect } => (
+                *process,
+                EventKind::EffectSettled {
+                    seq,
+                    effect: *effect,
+                    unknown: false,
+                },
+            ),
             RecordBody::EffectResolved {
                 process, effect, ..
             }

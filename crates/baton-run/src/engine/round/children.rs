@@ -416,9 +416,24 @@ pub(in crate::engine) fn wait_children(
     if ready.len() < needed {
         return None;
     }
-    let answer = Payload::encode(&ready).expect("child outcomes encode");
+    // A wait that ends its batch names its children's outcomes instead of
+    // writing them: the log already holds their terminations (see
+    // `RecordBody::ChildrenReady`). The engine settles a wait only at its
+    // process's frontier, so every effect before it is settled.
+    let record = if parent.batch.last().is_some_and(|slot| slot.id == effect) {
+        RecordBody::ChildrenReady {
+            process: id,
+            effect,
+        }
+    } else {
+        settle_ok(
+            id,
+            effect,
+            Payload::encode(&ready).expect("child outcomes encode"),
+        )
+    };
     Some(WaitSettled {
-        record: settle_ok(id, effect, answer),
+        record,
         ready: Some((effect, ready)),
     })
 }

@@ -39,7 +39,9 @@ mod tests;
 
 #[cfg(test)]
 use children::grant_refusal;
-pub(super) use children::{ChildStart, ChildrenWait, control_child, start_child, wait_children};
+pub(super) use children::{
+    ChildStart, ChildrenWait, WaitSettled, control_child, start_child, wait_children,
+};
 pub(super) use step::{InitError, initialize, panic_failure, step};
 
 /// What a process can do next, decided from its committed state.

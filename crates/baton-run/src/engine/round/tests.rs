@@ -740,6 +740,135 @@ fn a_children_wait_settles_only_once_its_condition_holds() {
     );
 }
 
+/// The root of a tree whose batch starts `keys` and then waits for all of
+/// them, with `then` after the wait; the children started and ended.
+fn ended_children_wait(keys: &[&str], then: Vec<Effect>) -> (TreeState, Vec<EffectId>) {
+    let child = program("test.child", complete(), Vec::new());
+    let root = program("test.root", complete(), vec![child.clone()]);
+    let mut tree = tree(&root, Budget::unlimited());
+    let id = tree.root;
+    let mut batch: Vec<Effect> = keys
+        .iter()
+        .map(|key| exact_start(&child, key, Payload::null()))
+        .collect();
+    batch.push(Effect::WaitChildren {
+        keys: keys
+            .iter()
+            .map(|key| ChildKey::new(*key).expect("valid"))
+            .collect(),
+        boundary: Boundary::Result,
+        condition: Condition::All,
+    });
+    batch.extend(then);
+    let effects = declare(&mut tree, id, batch);
+    for key in keys {
+        let started = staged_start(&tree, &root, id);
+        tree.apply(&started.record).expect("the start applies");
+        let child_id = ProcessId::child(id, &ChildKey::new(*key).expect("valid"));
+        let ended = end(&tree.processes[&child_id], child_id, Cause::Kill, "test");
+        tree.apply(&ended).expect("the child's end applies");
+    }
+    (tree, effects)
+}
+
+fn all_of(keys: &[ChildKey]) -> ChildrenWait<'_> {
+    ChildrenWait {
+        keys,
+        boundary: Boundary::Result,
+        condition: Condition::All,
+    }
+}
+
+#[test]
+fn a_wait_that_ends_its_batch_names_its_children_instead_of_writing_their_outcomes() {
+    let (tree, effects) = ended_children_wait(&["a", "b"], Vec::new());
+    let id = tree.root;
+    let wait = effects[2];
+    let keys = [
+        ChildKey::new("a").expect("valid"),
+        ChildKey::new("b").expect("valid"),
+    ];
+    let settled = wait_children(&tree, id, wait, all_of(&keys)).expect("the wait settles");
+    assert_eq!(
+        settled.record,
+        RecordBody::ChildrenReady {
+            process: id,
+            effect: wait
+        }
+    );
+    let (_, outcomes) = settled
+        .ready
+        .clone()
+        .expect("the outcomes are handed to the fold");
+    assert_eq!(outcomes.len(), 2);
+    let text = crate::canonical::to_text(&settled.record).expect("encodes");
+    assert!(!text.contains("termination"), "{text}");
+
+    // Live, with the outcomes handed over; recovering, from the tree; and
+    // from the form older logs hold: the same tree, the outcomes delivered.
+    let mut live = tree.clone();
+    live.apply_with(&settled.record, settled.ready)
+        .expect("the wait's end applies");
+    let mut recovered = tree.clone();
+    recovered
+        .apply(&settled.record)
+        .expect("it folds from the log alone");
+    let mut older = tree.clone();
+    older
+        .apply(&settle_ok(
+            id,
+            wait,
+            Payload::encode(&outcomes).expect("encodes"),
+        ))
+        .expect("the older form applies");
+    for folded in [&recovered, &older] {
+        assert_eq!(snapshot::encode(folded), snapshot::encode(&live));
+    }
+    let root = &live.processes[&id];
+    assert!(root.batch.is_empty(), "the batch ended");
+    assert!(root.mailbox.iter().any(|signal| matches!(
+        &signal.body,
+        SignalBody::ChildrenReady { effect, children } if *effect == wait && *children == outcomes
+    )));
+
+    // Before the children end the wait is not met: the record is refused
+    // and the tree left as it was.
+    let (mut early, _) = ended_children_wait(&["a", "b"], Vec::new());
+    let b = ProcessId::child(id, &keys[1]);
+    early.processes.get_mut(&b).expect("b").termination = None;
+    let before = snapshot::encode(&early);
+    let error = early.apply(&settled.record).expect_err("not met yet");
+    assert!(error.0.contains("not met"), "{error}");
+    assert_eq!(snapshot::encode(&early), before);
+}
+
+#[test]
+fn a_wait_followed_by_another_effect_writes_its_outcomes_and_cannot_be_named_ready() {
+    let child = program("test.child", complete(), Vec::new());
+    let then = vec![exact_start(&child, "later", Payload::null())];
+    let (tree, effects) = ended_children_wait(&["a"], then);
+    let id = tree.root;
+    let keys = [ChildKey::new("a").expect("valid")];
+    let settled = wait_children(&tree, id, effects[1], all_of(&keys)).expect("settles");
+    assert!(
+        matches!(&settled.record, RecordBody::EffectSettled {
+            settlement: Settlement::Succeeded { output, .. }, ..
+        } if output.as_str().contains("termination")),
+        "{:?}",
+        settled.record
+    );
+    let mut named = tree.clone();
+    let before = snapshot::encode(&named);
+    let error = named
+        .apply(&RecordBody::ChildrenReady {
+            process: id,
+            effect: effects[1],
+        })
+        .expect_err("a wait that does not end its batch is not named ready");
+    assert!(error.0.contains("ending its batch"), "{error}");
+    assert_eq!(snapshot::encode(&named), before);
+}
+
 #[test]
 fn a_kill_ends_the_process_and_every_live_descendant_parents_first() {
     let child = program("test.child", complete(), Vec::new());

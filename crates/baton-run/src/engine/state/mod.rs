@@ -367,9 +367,12 @@ impl ProcessState {
                     Settlement::Succeeded { output, .. } => match ready
                         .take_if(|(effect, _)| *effect == slot.id)
                         .map(|(_, children)| {
-                            debug_assert_eq!(
-                                output.decode::<Vec<ChildOutcome>>().as_ref(),
-                                Ok(&children),
+                            // A `children_ready` record's slot holds `null`:
+                            // its outcomes come only with it.
+                            debug_assert!(
+                                output.as_str() == "null"
+                                    || output.decode::<Vec<ChildOutcome>>().as_ref()
+                                        == Ok(&children),
                                 "a settlement's payload encodes the outcomes given with it"
                             );
                             Ok(children)
@@ -819,6 +822,9 @@ impl TreeState {
                     process.advance_with(ready);
                 }
                 Ok(())
+            }
+            RecordBody::ChildrenReady { process, effect } => {
+                self.children_ready(*process, *effect, ready)
             }
             RecordBody::EffectResolved {
                 process,
