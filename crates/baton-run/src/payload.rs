@@ -95,13 +95,26 @@ impl Payload {
 
     /// Parses JSON text into its canonical form.
     pub fn parse(text: &[u8]) -> Result<Payload, PayloadError> {
+        Self::parse_checked(text, std::str::from_utf8(text).ok())
+    }
+
+    /// Parses JSON text given as a string (already UTF-8, so the canonical
+    /// scan does not check it again).
+    pub fn parse_str(text: &str) -> Result<Payload, PayloadError> {
+        Self::parse_checked(text.as_bytes(), Some(text))
+    }
+
+    /// Parses `text`, which is `utf8` when that is given.
+    fn parse_checked(text: &[u8], utf8: Option<&str>) -> Result<Payload, PayloadError> {
         if text.len() > Self::MAX_BYTES.saturating_mul(4) {
             return Err(PayloadError::TooLarge {
                 size: text.len(),
                 limit: Self::MAX_BYTES,
             });
         }
-        if let Some((text, depth)) = canonical_text(text) {
+        if let Some(text) = utf8
+            && let Some(depth) = canonical_depth(text)
+        {
             let payload = Self::from_canonical(text.into())?;
             payload.0.depth.get_or_init(|| depth);
             return Ok(payload);
@@ -110,11 +123,6 @@ impl Payload {
         let canonical = StrictText::read(&mut deserializer).map_err(classify_parse_error)?;
         deserializer.end().map_err(classify_parse_error)?;
         Self::from_canonical_text(canonical)
-    }
-
-    /// Parses JSON text given as a string.
-    pub fn parse_str(text: &str) -> Result<Payload, PayloadError> {
-        Self::parse(text.as_bytes())
     }
 
     /// Canonicalizes a JSON value. `serde_json::Map` keeps keys sorted, so
@@ -366,24 +374,17 @@ fn classify_parse_error(error: serde_json::Error) -> PayloadError {
 
 const DUPLICATE_PREFIX: &str = "duplicate object key ";
 
-/// `text` when it is already exactly the canonical encoding,
-/// so parsing it needs no tree of values and no re-encoding (records and
-/// states read back, and texts assembled from canonical pieces, are).
-/// `None` sends the text down the general path, which also classifies
-/// every error: this check only ever says "certainly canonical".
-/// With the text, its nesting depth.
-fn canonical_text(text: &[u8]) -> Option<(&str, usize)> {
-    let text = std::str::from_utf8(text).ok()?;
-    canonical_depth(text).map(|depth| (text, depth))
-}
-
 /// Whether `text` is certainly canonical JSON (see [`Canonical`]); `false`
 /// also for canonical texts the scanner leaves to the general path.
 pub(crate) fn is_canonical(text: &str) -> bool {
     canonical_depth(text).is_some()
 }
 
-/// The nesting depth of `text` when it is certainly canonical JSON.
+/// The nesting depth of `text` when it is already exactly the canonical
+/// encoding, so parsing it needs no tree of values and no re-encoding
+/// (records and states read back, and texts assembled from canonical
+/// pieces, are). `None` sends the text down the general path, which also
+/// classifies every error: this check only ever says "certainly canonical".
 fn canonical_depth(text: &str) -> Option<usize> {
     let mut scanner = Canonical {
         bytes: text.as_bytes(),
