@@ -31,7 +31,7 @@ mod compact;
 mod escape;
 mod map_key;
 
-pub(crate) use compact::{Compact, compact_by};
+pub(crate) use compact::{Compact, compact_by, number, quoted};
 use escape::escape_into;
 #[cfg(test)]
 use escape::needs_escape;

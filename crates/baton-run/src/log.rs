@@ -20,6 +20,7 @@ use crate::protocol::{ExecutionState, ProgramRef, Settlement, Signal, Transition
 use crate::tagged;
 
 mod change;
+mod write;
 
 pub use change::StateChange;
 
@@ -461,8 +462,7 @@ struct Seal {
 impl Record {
     /// Seals a body as record `seq` after `prev`.
     pub fn seal(seq: u64, prev: Digest, body: &RecordBody) -> Record {
-        let bytes = crate::canonical::to_compact(body).expect("record bodies always encode");
-        Record::from_parts(seq, prev, body.kind(), bytes)
+        Record::from_parts(seq, prev, body.kind(), write::encode(body))
     }
 
     /// Builds a record from stored parts, computing its hash (use [`verify`]

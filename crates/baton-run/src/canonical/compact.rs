@@ -23,6 +23,24 @@ impl Compact<'_> {
     }
 }
 
+/// Appends `text`, which needs no escaping (an id's or a digest's text),
+/// as a JSON string.
+pub(crate) fn quoted(out: &mut String, text: &str) {
+    debug_assert!(
+        text.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':')
+    );
+    out.reserve(text.len() + 2);
+    out.push('"');
+    out.push_str(text);
+    out.push('"');
+}
+
+/// Appends `value` as serde_json writes an unsigned integer.
+pub(crate) fn number(out: &mut String, value: u64) {
+    out.push_str(itoa::Buffer::new().format(value));
+}
+
 /// The text `write` appends to an empty buffer (the thread's kept one, as
 /// [`to_compact`](super::to_compact) uses), in an allocation of its size.
 pub(crate) fn compact_by(

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use super::{ProcessState, TreeState};
 use crate::budget::Usage;
-use crate::canonical::{Compact, append, compact_by, to_compact, write_str};
+use crate::canonical::{Compact, append, compact_by, number, quoted, to_compact, write_str};
 
 type Error = serde_json::Error;
 
@@ -219,21 +219,6 @@ fn write_usage(compact: &mut Compact<'_>, usage: &Usage) -> Result<(), Error> {
 }
 
 /// Text that needs no escaping (an id's or a digest's), quoted.
-fn quoted(out: &mut String, text: &str) {
-    debug_assert!(
-        text.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':')
-    );
-    out.reserve(text.len() + 2);
-    out.push('"');
-    out.push_str(text);
-    out.push('"');
-}
-
-fn number(out: &mut String, value: u64) {
-    out.push_str(itoa::Buffer::new().format(value));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,344 @@
+//! A record body's text: exactly what serde writes of [`RecordBody`], with
+//! the kinds a run writes most written directly.
+//!
+//! A short run's records are mostly steps, child starts and settled
+//! children waits, and serde's way through the kernel's serializer costs a
+//! few hundred instructions a member (each key's escape check and copy,
+//! each id's hex text, each number through the generic serializer). Here
+//! those kinds' keys are literal text and their ids, numbers and payloads
+//! are written in place; the rarer members (a state change, a failure, a
+//! budget, an effect other than a child start) and every other kind go
+//! through the serializer. Debug builds check every body against serde's
+//! text.
+
+use std::sync::Arc;
+
+use super::RecordBody;
+use crate::canonical::{Compact, append, compact_by, number, quoted, to_compact, write_str};
+use crate::protocol::{Effect, Transition};
+
+type Error = serde_json::Error;
+
+/// The body's text: `serde_json::to_vec(body)`.
+pub(super) fn encode(body: &RecordBody) -> Arc<[u8]> {
+    let text = match body {
+        RecordBody::StepAdopted { .. }
+        | RecordBody::ChildStarted { .. }
+        | RecordBody::ChildrenReady { .. }
+        | RecordBody::EffectPending { .. }
+        | RecordBody::EffectSettled { .. } => {
+            compact_by(|compact| write_body(compact, body)).or_else(|_| to_compact(body))
+        }
+        _ => to_compact(body),
+    }
+    .expect("record bodies always encode");
+    debug_assert_eq!(
+        std::str::from_utf8(&text).ok(),
+        to_compact(body)
+            .ok()
+            .as_deref()
+            .and_then(|t| std::str::from_utf8(t).ok()),
+        "the record's direct text is serde's"
+    );
+    text
+}
+
+fn write_body(compact: &mut Compact<'_>, body: &RecordBody) -> Result<(), Error> {
+    match body {
+        RecordBody::StepAdopted {
+            process,
+            step,
+            state,
+            state_change,
+            transition,
+        } => {
+            compact
+                .out
+                .push_str("{\"kind\":\"step_adopted\",\"process\":");
+            quoted(compact.out, process.text().as_str());
+            compact.out.push_str(",\"step\":");
+            number(compact.out, *step);
+            if let Some(state) = state {
+                compact.out.push_str(",\"state\":");
+                append(compact.out, state.0.as_str());
+            }
+            if let Some(change) = state_change {
+                compact.out.push_str(",\"state_change\":");
+                compact.value(change)?;
+            }
+            compact.out.push_str(",\"transition\":");
+            write_transition(compact, transition)?;
+        }
+        RecordBody::ChildStarted {
+            parent,
+            effect,
+            child,
+            key,
+            name,
+            program,
+            input,
+            budget,
+            capabilities,
+            state,
+        } => {
+            compact
+                .out
+                .push_str("{\"kind\":\"child_started\",\"parent\":");
+            quoted(compact.out, parent.text().as_str());
+            compact.out.push_str(",\"effect\":");
+            quoted(compact.out, effect.text().as_str());
+            compact.out.push_str(",\"child\":");
+            quoted(compact.out, child.text().as_str());
+            if let Some(key) = key {
+                compact.out.push_str(",\"key\":");
+                write_str(compact.out, key.as_str());
+            }
+            compact.out.push_str(",\"name\":");
+            write_str(compact.out, name.as_str());
+            if let Some(program) = program {
+                compact.out.push_str(",\"program\":");
+                quoted(compact.out, program.text().as_str());
+            }
+            if let Some(input) = input {
+                compact.out.push_str(",\"input\":");
+                append(compact.out, input.as_str());
+            }
+            if let Some(budget) = budget {
+                compact.out.push_str(",\"budget\":");
+                compact.value(budget)?;
+            }
+            if let Some(capabilities) = capabilities {
+                compact.out.push_str(",\"capabilities\":");
+                compact.value(capabilities)?;
+            }
+            if let Some(state) = state {
+                compact.out.push_str(",\"state\":");
+                append(compact.out, state.0.as_str());
+            }
+        }
+        RecordBody::ChildrenReady { process, effect } => {
+            compact
+                .out
+                .push_str("{\"kind\":\"children_ready\",\"process\":");
+            quoted(compact.out, process.text().as_str());
+            compact.out.push_str(",\"effect\":");
+            quoted(compact.out, effect.text().as_str());
+        }
+        RecordBody::EffectPending { process, effect } => {
+            compact
+                .out
+                .push_str("{\"kind\":\"effect_pending\",\"process\":");
+            quoted(compact.out, process.text().as_str());
+            compact.out.push_str(",\"effect\":");
+            quoted(compact.out, effect.text().as_str());
+        }
+        RecordBody::EffectSettled {
+            process,
+            effect,
+            settlement,
+        } => {
+            compact
+                .out
+                .push_str("{\"kind\":\"effect_settled\",\"process\":");
+            quoted(compact.out, process.text().as_str());
+            compact.out.push_str(",\"effect\":");
+            quoted(compact.out, effect.text().as_str());
+            compact.out.push_str(",\"settlement\":");
+            compact.value(settlement)?;
+        }
+        _ => return compact.value(body),
+    }
+    compact.out.push('}');
+    Ok(())
+}
+
+fn write_transition(compact: &mut Compact<'_>, transition: &Transition) -> Result<(), Error> {
+    match transition {
+        Transition::Continue { consumed, effects } => {
+            compact
+                .out
+                .push_str("{\"transition\":\"continue\",\"consumed\":");
+            number(compact.out, *consumed as u64);
+            compact.out.push_str(",\"effects\":[");
+            for (at, effect) in effects.iter().enumerate() {
+                if at > 0 {
+                    compact.out.push(',');
+                }
+                write_effect(compact, effect)?;
+            }
+            compact.out.push_str("]}");
+        }
+        Transition::Complete { consumed, output } => {
+            compact
+                .out
+                .push_str("{\"transition\":\"complete\",\"consumed\":");
+            number(compact.out, *consumed as u64);
+            compact.out.push_str(",\"output\":");
+            append(compact.out, output.as_str());
+            compact.out.push('}');
+        }
+        Transition::Wait { consumed, wait } => {
+            compact
+                .out
+                .push_str("{\"transition\":\"wait\",\"consumed\":");
+            number(compact.out, *consumed as u64);
+            compact.out.push_str(",\"wait\":");
+            quoted(compact.out, wait.text().as_str());
+            compact.out.push('}');
+        }
+        Transition::Fail { .. } => compact.value(transition)?,
+    }
+    Ok(())
+}
+
+fn write_effect(compact: &mut Compact<'_>, effect: &Effect) -> Result<(), Error> {
+    let Effect::StartChild {
+        key,
+        program,
+        input,
+        budget,
+        capabilities,
+        grant,
+    } = effect
+    else {
+        return compact.value(effect);
+    };
+    compact.out.push_str("{\"effect\":\"start_child\",\"key\":");
+    write_str(compact.out, key.as_str());
+    compact.out.push_str(",\"program\":");
+    quoted(compact.out, program.text().as_str());
+    compact.out.push_str(",\"input\":");
+    append(compact.out, input.as_str());
+    compact.out.push_str(",\"budget\":");
+    compact.value(budget)?;
+    if !capabilities.is_empty() {
+        compact.out.push_str(",\"capabilities\":");
+        compact.value(capabilities)?;
+    }
+    if !grant.is_exact() {
+        compact.out.push_str(",\"grant\":");
+        compact.value(grant)?;
+    }
+    compact.out.push('}');
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::{Budget, Capabilities};
+    use crate::digest::{Digest, Purpose};
+    use crate::failure::Failure;
+    use crate::ids::{ChildKey, EffectId, Name, ProcessId, StartId, WaitId};
+    use crate::log::StateChange;
+    use crate::payload::Payload;
+    use crate::protocol::{Boundary, Condition, ExecutionState, Grant, Settlement};
+
+    /// Every kind written directly, with each optional member present and
+    /// absent, strings that need escaping, and every transition.
+    fn bodies() -> Vec<RecordBody> {
+        let process = ProcessId::root(&StartId::new("s", "k").expect("id"));
+        let effect = EffectId::new(process, 3, 1);
+        let key = ChildKey::new("fan.0").expect("key");
+        let child = ProcessId::child(process, &key);
+        let payload = |text: &str| Payload::parse_str(text).expect("json");
+        let state = |text: &str| ExecutionState(payload(text));
+        let program = Digest::of(Purpose::Program, b"child");
+        let start = |capabilities: Capabilities, grant: Grant| Effect::StartChild {
+            key: key.clone(),
+            program,
+            input: payload(r#"{"q":"a \"quoted\"\nline"}"#),
+            budget: Budget::unlimited().with_steps(4),
+            capabilities,
+            grant,
+        };
+        let effects = vec![
+            start(Capabilities::none(), Grant::Exact),
+            start(
+                Capabilities::of([Name::new("net").expect("name")]),
+                Grant::Clipped,
+            ),
+            Effect::WaitChildren {
+                keys: vec![key.clone()],
+                boundary: Boundary::Result,
+                condition: Condition::Quorum(1),
+            },
+        ];
+        let transitions = [
+            Transition::Continue {
+                consumed: 2,
+                effects,
+            },
+            Transition::Continue {
+                consumed: 0,
+                effects: Vec::new(),
+            },
+            Transition::Complete {
+                consumed: 1,
+                output: payload("[1,null,\"\\u0001\"]"),
+            },
+            Transition::Wait {
+                consumed: 0,
+                wait: WaitId::for_effect(effect),
+            },
+            Transition::Fail {
+                consumed: 7,
+                failure: Failure::execution("test.fail", "it \"failed\""),
+            },
+        ];
+        let after = state(r#"{"a":2,"b":"xxxxxxxx"}"#);
+        let change: StateChange =
+            serde_json::from_str(r#"{"front":5,"back":14,"text":"2,\"c\":\"\\n\""}"#)
+                .expect("a change");
+        let mut bodies: Vec<RecordBody> = transitions
+            .into_iter()
+            .enumerate()
+            .map(|(at, transition)| RecordBody::StepAdopted {
+                process,
+                step: u64::MAX - at as u64,
+                state: (at % 2 == 0).then(|| after.clone()),
+                state_change: (at % 2 == 1).then(|| change.clone()),
+                transition,
+            })
+            .collect();
+        let started = |recorded: bool| RecordBody::ChildStarted {
+            parent: process,
+            effect,
+            child,
+            key: recorded.then(|| key.clone()),
+            name: Name::new("bench.branch").expect("name"),
+            program: recorded.then_some(program),
+            input: recorded.then(|| payload("21")),
+            budget: recorded.then(Budget::unlimited),
+            capabilities: recorded.then(Capabilities::none),
+            state: recorded.then(|| state(r#"{"stage":0}"#)),
+        };
+        bodies.extend([
+            started(true),
+            started(false),
+            RecordBody::ChildrenReady { process, effect },
+            RecordBody::EffectPending { process, effect },
+            RecordBody::EffectSettled {
+                process,
+                effect,
+                settlement: Settlement::ok(payload(r#"{"ok":true}"#)),
+            },
+            RecordBody::EffectReplayed { process, effect },
+        ]);
+        bodies
+    }
+
+    #[test]
+    fn a_record_body_is_serdes_text_and_reads_back() {
+        for body in bodies() {
+            let expected = serde_json::to_vec(&body).expect("encodes");
+            let text = encode(&body);
+            assert_eq!(
+                std::str::from_utf8(&text).expect("utf-8"),
+                std::str::from_utf8(&expected).expect("utf-8")
+            );
+            let read: RecordBody = serde_json::from_slice(&text).expect("reads back");
+            assert_eq!(read, body);
+        }
+    }
+}
