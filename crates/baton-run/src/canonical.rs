@@ -69,6 +69,26 @@ pub(crate) fn to_compact<T: Serialize + ?Sized>(value: &T) -> Result<Arc<[u8]>, 
     compact_by(|compact| compact.value(value)).or_else(|_| serde_json::to_vec(value).map(Arc::from))
 }
 
+/// [`to_compact`]'s text of `value` as `write` writes it directly (the
+/// snapshot and record writers), or as [`to_compact`] writes it where
+/// `write` fails. Debug builds check that the two texts agree, so every
+/// test that writes a value checks its direct writer.
+pub(crate) fn to_compact_by<T: Serialize + ?Sized>(
+    value: &T,
+    write: impl FnOnce(&mut Compact<'_>) -> Result<(), Error>,
+) -> Result<Arc<[u8]>, Error> {
+    let text = compact_by(write).or_else(|_| to_compact(value))?;
+    debug_assert_eq!(
+        std::str::from_utf8(&text).ok(),
+        to_compact(value)
+            .ok()
+            .as_deref()
+            .and_then(|serde| std::str::from_utf8(serde).ok()),
+        "the direct text is serde's"
+    );
+    Ok(text)
+}
+
 /// Appends what this serializer writes of `value` with keys as given, or
 /// fails where it leaves the value to serde_json ([`to_compact`]'s first
 /// way).

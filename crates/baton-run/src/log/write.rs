@@ -14,33 +14,14 @@
 use std::sync::Arc;
 
 use super::RecordBody;
-use crate::canonical::{Compact, append, compact_by, number, quoted, to_compact, write_str};
+use crate::canonical::{Compact, append, number, quoted, to_compact_by, write_str};
 use crate::protocol::{Effect, Transition};
 
 type Error = serde_json::Error;
 
 /// The body's text: `serde_json::to_vec(body)`.
 pub(super) fn encode(body: &RecordBody) -> Arc<[u8]> {
-    let text = match body {
-        RecordBody::StepAdopted { .. }
-        | RecordBody::ChildStarted { .. }
-        | RecordBody::ChildrenReady { .. }
-        | RecordBody::EffectPending { .. }
-        | RecordBody::EffectSettled { .. } => {
-            compact_by(|compact| write_body(compact, body)).or_else(|_| to_compact(body))
-        }
-        _ => to_compact(body),
-    }
-    .expect("record bodies always encode");
-    debug_assert_eq!(
-        std::str::from_utf8(&text).ok(),
-        to_compact(body)
-            .ok()
-            .as_deref()
-            .and_then(|t| std::str::from_utf8(t).ok()),
-        "the record's direct text is serde's"
-    );
-    text
+    to_compact_by(body, |compact| write_body(compact, body)).expect("record bodies always encode")
 }
 
 fn write_body(compact: &mut Compact<'_>, body: &RecordBody) -> Result<(), Error> {

@@ -16,24 +16,13 @@ use std::sync::Arc;
 
 use super::{ProcessState, TreeState};
 use crate::budget::Usage;
-use crate::canonical::{Compact, append, compact_by, number, quoted, to_compact, write_str};
+use crate::canonical::{Compact, append, number, quoted, to_compact_by, write_str};
 
 type Error = serde_json::Error;
 
 /// The snapshot of `tree`: `serde_json::to_vec(tree)`.
 pub(crate) fn encode(tree: &TreeState) -> Arc<[u8]> {
-    let text = compact_by(|out| write_tree(out, tree))
-        .or_else(|_| to_compact(tree))
-        .expect("tree state always encodes");
-    debug_assert_eq!(
-        std::str::from_utf8(&text).ok(),
-        to_compact(tree)
-            .ok()
-            .as_deref()
-            .and_then(|t| std::str::from_utf8(t).ok()),
-        "the snapshot's direct text is serde's"
-    );
-    text
+    to_compact_by(tree, |out| write_tree(out, tree)).expect("tree state always encodes")
 }
 
 fn write_tree(compact: &mut Compact<'_>, tree: &TreeState) -> Result<(), Error> {
