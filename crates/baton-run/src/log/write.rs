@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use super::RecordBody;
 use crate::canonical::{Compact, append, number, quoted, to_compact_by, write_str};
+use crate::ids::{EffectId, ProcessId};
 use crate::protocol::{Effect, Transition};
 
 type Error = serde_json::Error;
@@ -98,32 +99,17 @@ fn write_body(compact: &mut Compact<'_>, body: &RecordBody) -> Result<(), Error>
             }
         }
         RecordBody::ChildrenReady { process, effect } => {
-            compact
-                .out
-                .push_str("{\"kind\":\"children_ready\",\"process\":");
-            quoted(compact.out, process.text().as_str());
-            compact.out.push_str(",\"effect\":");
-            quoted(compact.out, effect.text().as_str());
+            process_effect(compact.out, "children_ready", *process, *effect);
         }
         RecordBody::EffectPending { process, effect } => {
-            compact
-                .out
-                .push_str("{\"kind\":\"effect_pending\",\"process\":");
-            quoted(compact.out, process.text().as_str());
-            compact.out.push_str(",\"effect\":");
-            quoted(compact.out, effect.text().as_str());
+            process_effect(compact.out, "effect_pending", *process, *effect);
         }
         RecordBody::EffectSettled {
             process,
             effect,
             settlement,
         } => {
-            compact
-                .out
-                .push_str("{\"kind\":\"effect_settled\",\"process\":");
-            quoted(compact.out, process.text().as_str());
-            compact.out.push_str(",\"effect\":");
-            quoted(compact.out, effect.text().as_str());
+            process_effect(compact.out, "effect_settled", *process, *effect);
             compact.out.push_str(",\"settlement\":");
             compact.value(settlement)?;
         }
@@ -131,6 +117,17 @@ fn write_body(compact: &mut Compact<'_>, body: &RecordBody) -> Result<(), Error>
     }
     compact.out.push('}');
     Ok(())
+}
+
+/// The opening of a `kind` record whose first members are a process and
+/// one of its effects.
+fn process_effect(out: &mut String, kind: &str, process: ProcessId, effect: EffectId) {
+    out.push_str("{\"kind\":\"");
+    out.push_str(kind);
+    out.push_str("\",\"process\":");
+    quoted(out, process.text().as_str());
+    out.push_str(",\"effect\":");
+    quoted(out, effect.text().as_str());
 }
 
 fn write_transition(compact: &mut Compact<'_>, transition: &Transition) -> Result<(), Error> {
