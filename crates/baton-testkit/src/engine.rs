@@ -236,6 +236,11 @@ pub async fn engine_conformance<S: Store>(factory: impl Fn() -> S) {
     )
     .await;
     scenario(
+        "a crash around a children wait's end recovers its outcomes",
+        trees::a_crash_around_a_children_waits_end_recovers_its_outcomes(fresh),
+    )
+    .await;
+    scenario(
         "a crash after a signal control commit delivers it exactly once",
         trees::a_crash_after_a_signal_control_commit_delivers_it_exactly_once(fresh),
     )

@@ -359,6 +359,43 @@ pub(super) async fn a_crash_before_the_child_start_record_starts_the_child_exact
     assert_eq!(starts, 2, "each child was published exactly once");
 }
 
+pub(super) async fn a_crash_around_a_children_waits_end_recovers_its_outcomes(fresh: &Fresh<'_>) {
+    for (cut, name) in [
+        (Cut::Before, "crash-ready-before"),
+        (Cut::After, "crash-ready-after"),
+    ] {
+        let echo = program(Kind::Echo, None);
+        let root = parent(Plan::new(Boundary::Result, Condition::All), &echo);
+        let store = fresh();
+        let faulty = FaultStore::new(store.clone());
+        faulty.arm(RecordKind::ChildrenReady, cut, 1);
+        let first = engine_for(Arc::new(faulty.clone()), &root);
+        let request = || start(name, keys(&["a", "b"]), Budget::unlimited());
+        let tree = crate::start_into_crash(&first, &root, request()).await;
+        assert!(faulty.crashed(), "{name}: the wait's end was cut");
+        drop(first);
+        let second = engine_for(faulty.inner(), &root);
+        second
+            .recover(RecoverOptions::default())
+            .await
+            .expect("recovers");
+        let handle = second.start(&root, request()).await.expect("starts again");
+        assert_eq!(handle.tree(), tree);
+        let output = handle.output().await.expect("completes");
+        assert_eq!(
+            output["ready"],
+            json!([["a", "completed", "a"], ["b", "completed", "b"]]),
+            "{name}: the outcomes the tree holds"
+        );
+        let ends = records(&*store, tree)
+            .await
+            .iter()
+            .filter(|r| r.kind == RecordKind::ChildrenReady)
+            .count();
+        assert_eq!(ends, 1, "{name}: the wait ended exactly once");
+    }
+}
+
 pub(super) async fn a_crash_after_a_signal_control_commit_delivers_it_exactly_once(
     fresh: &Fresh<'_>,
 ) {
