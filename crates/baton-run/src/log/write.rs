@@ -133,10 +133,7 @@ fn process_effect(out: &mut String, kind: &str, process: ProcessId, effect: Effe
 fn write_transition(compact: &mut Compact<'_>, transition: &Transition) -> Result<(), Error> {
     match transition {
         Transition::Continue { consumed, effects } => {
-            compact
-                .out
-                .push_str("{\"transition\":\"continue\",\"consumed\":");
-            number(compact.out, *consumed as u64);
+            transition_head(compact.out, "continue", *consumed);
             compact.out.push_str(",\"effects\":[");
             for (at, effect) in effects.iter().enumerate() {
                 if at > 0 {
@@ -147,19 +144,13 @@ fn write_transition(compact: &mut Compact<'_>, transition: &Transition) -> Resul
             compact.out.push_str("]}");
         }
         Transition::Complete { consumed, output } => {
-            compact
-                .out
-                .push_str("{\"transition\":\"complete\",\"consumed\":");
-            number(compact.out, *consumed as u64);
+            transition_head(compact.out, "complete", *consumed);
             compact.out.push_str(",\"output\":");
             append(compact.out, output.as_str());
             compact.out.push('}');
         }
         Transition::Wait { consumed, wait } => {
-            compact
-                .out
-                .push_str("{\"transition\":\"wait\",\"consumed\":");
-            number(compact.out, *consumed as u64);
+            transition_head(compact.out, "wait", *consumed);
             compact.out.push_str(",\"wait\":");
             quoted(compact.out, wait.text().as_str());
             compact.out.push('}');
@@ -167,6 +158,14 @@ fn write_transition(compact: &mut Compact<'_>, transition: &Transition) -> Resul
         Transition::Fail { .. } => compact.value(transition)?,
     }
     Ok(())
+}
+
+/// The opening of a transition: its tag and the signals it consumed.
+fn transition_head(out: &mut String, transition: &str, consumed: usize) {
+    out.push_str("{\"transition\":\"");
+    out.push_str(transition);
+    out.push_str("\",\"consumed\":");
+    number(out, consumed as u64);
 }
 
 fn write_effect(compact: &mut Compact<'_>, effect: &Effect) -> Result<(), Error> {

@@ -326,27 +326,42 @@ pub(super) async fn refused_starts_are_facts_for_the_parent(fresh: &Fresh<'_>) {
     );
 }
 
+/// Starts `root` as `name` over children `a` and `b` on a store that cuts
+/// the first `kind` commit at `cut`, recovers with a second engine and
+/// starts the same request again: the tree, the store beneath the fault,
+/// and the second start's output.
+async fn crash_and_recover(
+    fresh: &Fresh<'_>,
+    root: &Program<Vec<String>, Value>,
+    (kind, cut): (RecordKind, Cut),
+    name: &str,
+) -> (ProcessId, Arc<dyn Store>, Value) {
+    let store = fresh();
+    let faulty = FaultStore::new(store.clone());
+    faulty.arm(kind, cut, 1);
+    let first = engine_for(Arc::new(faulty.clone()), root);
+    let request = || start(name, keys(&["a", "b"]), Budget::unlimited());
+    let tree = crate::start_into_crash(&first, root, request()).await;
+    assert!(faulty.crashed(), "{name}: the {kind} commit was cut");
+    drop(first);
+    let second = engine_for(faulty.inner(), root);
+    second
+        .recover(RecoverOptions::default())
+        .await
+        .expect("recovers");
+    let handle = second.start(root, request()).await.expect("starts again");
+    assert_eq!(handle.tree(), tree);
+    let output = handle.output().await.expect("completes");
+    (tree, store, output)
+}
+
 pub(super) async fn a_crash_before_the_child_start_record_starts_the_child_exactly_once(
     fresh: &Fresh<'_>,
 ) {
     let echo = program(Kind::Echo, None);
     let root = parent(Plan::new(Boundary::Drained, Condition::All), &echo);
-    let store = fresh();
-    let faulty = FaultStore::new(store.clone());
-    faulty.arm(RecordKind::ChildStarted, Cut::Before, 1);
-    let first = engine_for(Arc::new(faulty.clone()), &root);
-    let request = || start("crash-start", keys(&["a", "b"]), Budget::unlimited());
-    let tree = crate::start_into_crash(&first, &root, request()).await;
-    assert!(faulty.crashed());
-    drop(first);
-    let second = engine_for(faulty.inner(), &root);
-    second
-        .recover(RecoverOptions::default())
-        .await
-        .expect("recovers");
-    let handle = second.start(&root, request()).await.expect("starts again");
-    assert_eq!(handle.tree(), tree);
-    let output = handle.output().await.expect("completes");
+    let cut = (RecordKind::ChildStarted, Cut::Before);
+    let (tree, store, output) = crash_and_recover(fresh, &root, cut, "crash-start").await;
     assert_eq!(
         output["ready"],
         json!([["a", "completed", "a"], ["b", "completed", "b"]])
@@ -366,22 +381,8 @@ pub(super) async fn a_crash_around_a_children_waits_end_recovers_its_outcomes(fr
     ] {
         let echo = program(Kind::Echo, None);
         let root = parent(Plan::new(Boundary::Result, Condition::All), &echo);
-        let store = fresh();
-        let faulty = FaultStore::new(store.clone());
-        faulty.arm(RecordKind::ChildrenReady, cut, 1);
-        let first = engine_for(Arc::new(faulty.clone()), &root);
-        let request = || start(name, keys(&["a", "b"]), Budget::unlimited());
-        let tree = crate::start_into_crash(&first, &root, request()).await;
-        assert!(faulty.crashed(), "{name}: the wait's end was cut");
-        drop(first);
-        let second = engine_for(faulty.inner(), &root);
-        second
-            .recover(RecoverOptions::default())
-            .await
-            .expect("recovers");
-        let handle = second.start(&root, request()).await.expect("starts again");
-        assert_eq!(handle.tree(), tree);
-        let output = handle.output().await.expect("completes");
+        let cut = (RecordKind::ChildrenReady, cut);
+        let (tree, store, output) = crash_and_recover(fresh, &root, cut, name).await;
         assert_eq!(
             output["ready"],
             json!([["a", "completed", "a"], ["b", "completed", "b"]]),
