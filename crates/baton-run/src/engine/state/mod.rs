@@ -26,7 +26,7 @@ use crate::storage::{TreeMeta, TreeStatus};
 
 mod child;
 mod fold;
-pub(crate) mod snapshot;
+pub(super) mod snapshot;
 
 pub(super) use fold::{fold, replay, verify_history};
 pub(super) use snapshot::encode as snapshot;
