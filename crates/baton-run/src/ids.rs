@@ -358,6 +358,21 @@ impl ProcessId {
     pub fn child(parent: ProcessId, key: &ChildKey) -> ProcessId {
         ProcessId::derive(&[b"child", &parent.0, key.as_str().as_bytes()])
     }
+
+    /// The id as a payload (a start effect's receipt), exactly as
+    /// `Payload::encode` writes it: a JSON string, which an id's text fills
+    /// without escapes.
+    pub(crate) fn payload(&self) -> crate::payload::Payload {
+        crate::payload::Payload::plain_string(self.text().as_str())
+    }
+
+    /// The id `payload` holds, as `Payload::decode` reads it, or `None`
+    /// where that fails: a canonical string holds an id's characters only
+    /// unescaped, so its text between the quotes is the id's.
+    pub(crate) fn from_payload(payload: &crate::payload::Payload) -> Option<ProcessId> {
+        let text = payload.as_str().strip_prefix('"')?.strip_suffix('"')?;
+        text.parse().ok()
+    }
 }
 
 impl EffectId {
@@ -497,5 +512,36 @@ mod tests {
             format!("\"{shown}\"")
         );
         assert_eq!(shown.parse(), Ok(digest));
+    }
+
+    proptest::proptest! {
+        /// A process id as a start effect's receipt is the payload serde
+        /// writes, and any payload reads back as the id serde reads, or
+        /// as none where serde refuses it.
+        #[test]
+        fn a_process_id_payload_is_serdes(
+            bytes in proptest::array::uniform16(proptest::prelude::any::<u8>()),
+            text in "(\"p_[0-9a-fA-F]{30,34}\"|\"[a-z_0-9\\\\u]{0,40}\"|[0-9]{1,3}|null)",
+        ) {
+            let id = ProcessId(bytes);
+            let payload = id.payload();
+            proptest::prop_assert_eq!(&payload, &crate::payload::Payload::encode(&id).unwrap());
+            proptest::prop_assert_eq!(ProcessId::from_payload(&payload), Some(id));
+            for payload in [
+                crate::payload::Payload::parse_str(&text).ok(),
+                crate::payload::Payload::encode(&format!("p_{}", id.to_string().split_at(2).1)).ok(),
+                crate::payload::Payload::encode(&id.to_string().to_uppercase()).ok(),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                proptest::prop_assert_eq!(
+                    ProcessId::from_payload(&payload),
+                    payload.decode::<ProcessId>().ok(),
+                    "{}",
+                    payload
+                );
+            }
+        }
     }
 }

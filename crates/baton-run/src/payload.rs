@@ -13,10 +13,13 @@ use crate::digest::{Digest, Purpose};
 
 mod common;
 mod read;
+mod scan;
 mod writer;
 
 pub use common::common_prefix;
 pub(crate) use common::common_suffix;
+use scan::canonical_depth;
+pub(crate) use scan::is_canonical;
 pub use writer::{PayloadWriter, WriteError};
 
 /// An immutable JSON value held in its canonical encoding: object keys
@@ -185,7 +188,24 @@ impl Payload {
 
     /// The JSON `null` payload.
     pub fn null() -> Payload {
-        Self::from_value(&Value::Null).expect("null always encodes")
+        Self::from_canonical("null".into()).expect("null is small")
+    }
+
+    /// The JSON string of `text`, which needs no escape (an id's text): as
+    /// `Payload::encode(text)` writes it, without serde's writer.
+    pub(crate) fn plain_string(text: &str) -> Payload {
+        debug_assert_eq!(
+            plain_run(text.as_bytes()),
+            text.len(),
+            "{text:?} needs escaping"
+        );
+        let mut quoted = String::with_capacity(text.len() + 2);
+        quoted.push('"');
+        quoted.push_str(text);
+        quoted.push('"');
+        let payload = Self::from_canonical_text(quoted).expect("an id's text is small");
+        payload.0.depth.get_or_init(|| 0);
+        payload
     }
 
     /// The canonical JSON text.
@@ -373,185 +393,6 @@ fn classify_parse_error(error: serde_json::Error) -> PayloadError {
 }
 
 const DUPLICATE_PREFIX: &str = "duplicate object key ";
-
-/// Whether `text` is certainly canonical JSON (see [`Canonical`]); `false`
-/// also for canonical texts the scanner leaves to the general path.
-pub(crate) fn is_canonical(text: &str) -> bool {
-    canonical_depth(text).is_some()
-}
-
-/// The nesting depth of `text` when it is already exactly the canonical
-/// encoding, so parsing it needs no tree of values and no re-encoding
-/// (records and states read back, and texts assembled from canonical
-/// pieces, are). `None` sends the text down the general path, which also
-/// classifies every error: this check only ever says "certainly canonical".
-fn canonical_depth(text: &str) -> Option<usize> {
-    let mut scanner = Canonical {
-        bytes: text.as_bytes(),
-        at: 0,
-        deepest: 0,
-    };
-    (scanner.value(0).is_some() && scanner.at == text.len()).then_some(scanner.deepest)
-}
-
-/// A scanner that accepts only canonical JSON: no whitespace, object keys
-/// without escapes in strictly increasing byte order (so no duplicates),
-/// strings escaped exactly as serde_json escapes them, and integers that
-/// fit 64 bits without a sign on zero. Floats, escaped keys and nesting
-/// deeper than serde_json's limit are left to the general path.
-struct Canonical<'a> {
-    bytes: &'a [u8],
-    at: usize,
-    /// The deepest nesting met so far.
-    deepest: usize,
-}
-
-impl<'a> Canonical<'a> {
-    /// Below serde_json's recursion limit (deeper texts take the general
-    /// path, which reports the limit).
-    const MAX_DEPTH: usize = 100;
-
-    fn peek(&self) -> Option<u8> {
-        self.bytes.get(self.at).copied()
-    }
-
-    fn eat(&mut self, byte: u8) -> Option<()> {
-        (self.peek()? == byte).then(|| self.at += 1)
-    }
-
-    fn literal(&mut self, word: &[u8]) -> Option<()> {
-        self.bytes[self.at..]
-            .starts_with(word)
-            .then(|| self.at += word.len())
-    }
-
-    fn value(&mut self, depth: usize) -> Option<()> {
-        match self.peek()? {
-            b'{' => self.object(depth + 1),
-            b'[' => self.array(depth + 1),
-            b'"' => self.string().map(|_| ()),
-            b'-' | b'0'..=b'9' => self.integer(),
-            b't' => self.literal(b"true"),
-            b'f' => self.literal(b"false"),
-            b'n' => self.literal(b"null"),
-            _ => None,
-        }
-    }
-
-    fn object(&mut self, depth: usize) -> Option<()> {
-        if depth > Self::MAX_DEPTH {
-            return None;
-        }
-        self.deepest = self.deepest.max(depth);
-        self.eat(b'{')?;
-        if self.eat(b'}').is_some() {
-            return Some(());
-        }
-        let mut previous: Option<&'a [u8]> = None;
-        loop {
-            let (key, escaped) = self.string()?;
-            if escaped || previous.is_some_and(|previous| previous >= key) {
-                return None;
-            }
-            previous = Some(key);
-            self.eat(b':')?;
-            self.value(depth)?;
-            if self.eat(b'}').is_some() {
-                return Some(());
-            }
-            self.eat(b',')?;
-        }
-    }
-
-    fn array(&mut self, depth: usize) -> Option<()> {
-        if depth > Self::MAX_DEPTH {
-            return None;
-        }
-        self.deepest = self.deepest.max(depth);
-        self.eat(b'[')?;
-        if self.eat(b']').is_some() {
-            return Some(());
-        }
-        loop {
-            self.value(depth)?;
-            if self.eat(b']').is_some() {
-                return Some(());
-            }
-            self.eat(b',')?;
-        }
-    }
-
-    /// A string's raw contents (between the quotes) and whether it has
-    /// escapes.
-    fn string(&mut self) -> Option<(&'a [u8], bool)> {
-        let bytes = self.bytes;
-        self.eat(b'"')?;
-        let start = self.at;
-        let mut escaped = false;
-        loop {
-            self.at += plain_run(bytes.get(self.at..)?);
-            match self.peek()? {
-                b'"' => {
-                    let contents = &bytes[start..self.at];
-                    self.at += 1;
-                    return Some((contents, escaped));
-                }
-                b'\\' => {
-                    escaped = true;
-                    self.at += 1;
-                    match self.peek()? {
-                        b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't' => self.at += 1,
-                        b'u' => {
-                            // serde_json writes `\u00xx` (lower-case hex) only
-                            // for control characters without a short escape.
-                            let hex = self.bytes.get(self.at + 1..self.at + 5)?;
-                            let code = u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok();
-                            let short = matches!(code, Some(0x08 | 0x09 | 0x0a | 0x0c | 0x0d));
-                            if !hex.starts_with(b"00")
-                                || hex.iter().any(u8::is_ascii_uppercase)
-                                || code.is_none_or(|code| code >= 0x20)
-                                || short
-                            {
-                                return None;
-                            }
-                            self.at += 5;
-                        }
-                        _ => return None,
-                    }
-                }
-                0x00..=0x1f => return None,
-                _ => self.at += 1,
-            }
-        }
-    }
-
-    /// An integer in serde_json's form that it reads back as an integer.
-    fn integer(&mut self) -> Option<()> {
-        let start = self.at;
-        let negative = self.eat(b'-').is_some();
-        let digits = self.at;
-        while self.peek().is_some_and(|byte| byte.is_ascii_digit()) {
-            self.at += 1;
-        }
-        let text = std::str::from_utf8(&self.bytes[digits..self.at]).ok()?;
-        if text.is_empty()
-            || (text.len() > 1 && text.starts_with('0'))
-            || matches!(self.peek(), Some(b'.' | b'e' | b'E'))
-        {
-            return None;
-        }
-        let fits = if negative {
-            text != "0"
-                && std::str::from_utf8(&self.bytes[start..self.at])
-                    .ok()?
-                    .parse::<i64>()
-                    .is_ok()
-        } else {
-            text.parse::<u64>().is_ok()
-        };
-        fits.then_some(())
-    }
-}
 
 impl PartialEq for Payload {
     fn eq(&self, other: &Self) -> bool {
@@ -960,5 +801,45 @@ mod tests {
         assert_eq!(nested, serde_json::json!({"p": {"a": 2, "z": 1}}));
         let wrapped = Payload::encode(&vec![payload.clone(), Payload::null()]).expect("encodes");
         assert_eq!(wrapped.as_str(), r#"[{"a":2,"z":1},null]"#);
+    }
+
+    /// The canonical scanner vouches for an integer exactly when serde_json
+    /// reads it back as a 64-bit integer written the same way: at the
+    /// limits, one past them, and with a sign on zero or leading zeros.
+    #[test]
+    fn the_scanner_takes_the_integers_serde_reads_as_written() {
+        let serde_says = |text: &str| match serde_json::from_str::<Value>(text) {
+            Ok(Value::Number(number)) => {
+                (number.is_u64() || number.is_i64()) && number.to_string() == text
+            }
+            _ => false,
+        };
+        for text in [
+            "0",
+            "-0",
+            "00",
+            "01",
+            "-01",
+            "7",
+            "-7",
+            "9223372036854775807",
+            "9223372036854775808",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "-18446744073709551615",
+            "18446744073709551615",
+            "18446744073709551616",
+            "19999999999999999999",
+            "99999999999999999999",
+            "100000000000000000000",
+            "-",
+            "1.5",
+            "1e3",
+        ] {
+            assert_eq!(is_canonical(text), serde_says(text), "{text}");
+        }
+        let list = "[18446744073709551615,-9223372036854775808,0]";
+        assert!(is_canonical(list));
+        assert!(!is_canonical("[18446744073709551616]"));
     }
 }

@@ -64,21 +64,26 @@ impl Actor {
             drained: Vec::new(),
             reached,
         };
+        // Events are built only for someone listening.
+        let listening = self.engine.events.receiver_count() > 0;
         for (offset, body) in bodies.iter().enumerate() {
             let seq = first + offset as u64;
-            let (process, kind) = EventKind::of(seq, body);
-            let ended_by_step = matches!(
-                body,
+            let ended = match body {
                 RecordBody::StepAdopted {
+                    process,
                     transition: Transition::Complete { .. } | Transition::Fail { .. },
                     ..
                 }
-            );
-            let ended = ended_by_step || matches!(body, RecordBody::Terminated { .. });
-            if !matches!(body, RecordBody::Terminated { .. }) {
+                | RecordBody::Terminated { process, .. } => Some(*process),
+                _ => None,
+            };
+            if listening && !matches!(body, RecordBody::Terminated { .. }) {
+                let (process, kind) = EventKind::of(seq, body);
                 news.events.extend(self.event(process, kind));
             }
-            if ended && let Some(termination) = &self.state.processes[&process].termination {
+            if let Some(process) = ended
+                && let Some(termination) = &self.state.processes[&process].termination
+            {
                 news.events.extend(self.ended(seq, process));
                 news.terminated.push((process, termination.clone()));
             }

@@ -181,7 +181,7 @@ pub(in crate::engine) fn start_child(
             && same_budget
             && child.capabilities == capabilities;
         return if same {
-            let receipt = Payload::encode(&existing).expect("a process id encodes");
+            let receipt = existing.payload();
             ChildStarted::settled(settle_ok(parent_id, effect, receipt))
         } else {
             refused(Failure::contract(

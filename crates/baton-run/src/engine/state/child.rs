@@ -87,7 +87,7 @@ impl TreeState {
         let state = state
             .clone()
             .unwrap_or_else(|| ExecutionState(input.clone()));
-        let receipt = Payload::encode(child).map_err(|e| ApplyError(e.to_string()))?;
+        let receipt = child.payload();
         slot.phase = Phase::Settled(Settlement::ok(receipt));
         parent.children.insert(key.clone(), *child);
         parent.live_children += 1;

@@ -342,7 +342,7 @@ impl ProcessState {
                     Settlement::Succeeded { output, .. } => SignalBody::ChildStarted {
                         effect: slot.id,
                         key,
-                        process: output.decode().ok(),
+                        process: ProcessId::from_payload(&output),
                         failure: None,
                     },
                     Settlement::Failed { failure, .. } => SignalBody::ChildStarted {
