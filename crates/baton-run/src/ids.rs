@@ -202,11 +202,17 @@ impl SignalId {
 
     /// The engine's id for the signal that carries an effect's result.
     pub fn for_effect(effect: EffectId) -> SignalId {
+        // Laid out on the stack, so the id's one allocation is its own.
+        const PREFIX: usize = SignalId::ENGINE_PREFIX.len();
         let effect = effect.text();
-        let mut text = String::with_capacity(Self::ENGINE_PREFIX.len() + effect.as_str().len());
-        text.push_str(Self::ENGINE_PREFIX);
-        text.push_str(effect.as_str());
-        SignalId(text.into())
+        let mut text = [0u8; PREFIX + 2 + 32];
+        text[..PREFIX].copy_from_slice(Self::ENGINE_PREFIX.as_bytes());
+        text[PREFIX..].copy_from_slice(effect.as_str().as_bytes());
+        SignalId(
+            std::str::from_utf8(&text)
+                .expect("an ASCII prefix and an id's text")
+                .into(),
+        )
     }
 
     /// Reads a stored signal id, engine-minted ones included: the kernel's

@@ -107,6 +107,30 @@ impl Payload {
         Self::parse_checked(text.as_bytes(), Some(text))
     }
 
+    /// Parses JSON text given as an owned string: text that is already
+    /// canonical becomes the payload as it is, without a copy; any other
+    /// text is parsed as [`Payload::parse_str`] parses it.
+    ///
+    /// ```
+    /// use baton_run::Payload;
+    ///
+    /// let kept = Payload::parse_string(r#"{"a":1,"b":[true]}"#.to_owned())?;
+    /// assert_eq!(kept.as_str(), r#"{"a":1,"b":[true]}"#);
+    /// let sorted = Payload::parse_string(r#"{ "b": [true], "a": 1 }"#.to_owned())?;
+    /// assert_eq!(sorted, kept);
+    /// # Ok::<(), baton_run::PayloadError>(())
+    /// ```
+    pub fn parse_string(text: String) -> Result<Payload, PayloadError> {
+        match canonical_depth(&text) {
+            Some(depth) => {
+                let payload = Self::from_canonical_text(text)?;
+                payload.0.depth.get_or_init(|| depth);
+                Ok(payload)
+            }
+            None => Self::parse_str(&text),
+        }
+    }
+
     /// Parses `text`, which is `utf8` when that is given.
     fn parse_checked(text: &[u8], utf8: Option<&str>) -> Result<Payload, PayloadError> {
         if text.len() > Self::MAX_BYTES.saturating_mul(4) {

@@ -135,7 +135,7 @@ impl State {
     /// either way.
     pub(crate) fn snapshot(&self) -> Result<ExecutionState, StepError> {
         if let Some(text) = codec::encode(self)
-            && let Ok(payload) = Payload::parse_str(&text)
+            && let Ok(payload) = Payload::parse_string(text)
         {
             return Ok(ExecutionState(payload));
         }
@@ -296,6 +296,18 @@ fn child_output_schema<'a>(stage: &'a Stage, key: &ChildKey) -> Option<&'a Schem
         Body::Map { item_output, .. } => Some(item_output),
         Body::Loop { value, .. } => Some(value),
     }
+}
+
+/// The key of a stage's child by its index or iteration: the stage's id,
+/// a dot, and the number.
+fn indexed_key(stage: &Stage, index: u64) -> Result<ChildKey, baton_run::IdError> {
+    let mut buffer = itoa::Buffer::new();
+    let number = buffer.format(index);
+    let mut key = String::with_capacity(stage.id.len() + 1 + number.len());
+    key.push_str(&stage.id);
+    key.push('.');
+    key.push_str(number);
+    ChildKey::new(key)
 }
 
 /// Classifies a child's termination for its stage.
@@ -510,7 +522,7 @@ impl Run {
                     .skip(from)
                     .take(*window_size as usize)
                 {
-                    let key = ChildKey::new(format!("{}.{index}", stage.id))?;
+                    let key = indexed_key(stage, index as u64)?;
                     children.push((index as u32, key, child, self.state.value.clone()));
                 }
             }
@@ -524,7 +536,7 @@ impl Run {
                     .skip(from)
                     .take(*window_size as usize)
                 {
-                    let key = ChildKey::new(format!("{}.{index}", stage.id))?;
+                    let key = indexed_key(stage, index as u64)?;
                     children.push((index as u32, key, item, Payload::from_value(input)?));
                 }
             }
@@ -615,7 +627,7 @@ impl Run {
                     return Ok(Next::Advance);
                 }
                 let next = iteration + 1;
-                let key = ChildKey::new(format!("{}.{next}", stage.id))?;
+                let key = indexed_key(stage, u64::from(next))?;
                 self.state.value = value.clone();
                 Ok(Next::Effects(self.launch(
                     vec![(0, key, body, value)],

@@ -25,7 +25,17 @@ use super::{Batch, Slot, SlotStatus, State};
 /// it, or `None` for a state left to serde (a failed slot, a key that would
 /// need escaping).
 pub(super) fn encode(state: &State) -> Option<String> {
-    let mut out = String::with_capacity(48 + state.value.len());
+    // Room for the text to come, within twice its length, so the payload
+    // can keep this buffer as it is.
+    let batch = state.batch.as_ref().map_or(0, |batch| {
+        let parts = batch.done.iter().map(Payload::len);
+        let outputs = batch.slots.iter().map(|slot| match &slot.status {
+            SlotStatus::Completed { output } => output.len(),
+            _ => 0,
+        });
+        32 + 80 * batch.slots.len() + parts.chain(outputs).sum::<usize>()
+    });
+    let mut out = String::with_capacity(24 + state.value.len() + batch);
     out.push('{');
     if let Some(batch) = &state.batch {
         encode_batch(batch, &mut out)?;
