@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::digest::{Digest, Purpose};
 use crate::failure::Failure;
 use crate::ids::{IdError, Name};
-use crate::payload::{Payload, PayloadError};
+use crate::payload::{Payload, PayloadError, SchemaMark};
 
 /// A compiled JSON Schema (draft 2020-12) with its canonical JSON.
 #[derive(Clone)]
@@ -25,6 +25,9 @@ pub struct Schema {
 /// The validators of one schema, shared by every `Schema` of the same
 /// canonical JSON.
 struct Validators {
+    /// This compiled schema's mark, under which payloads that satisfy it
+    /// remember so (see [`Schema::is_valid`]).
+    mark: SchemaMark,
     /// Validates `serde_json::Value`s, and reports the violations of every
     /// payload the text validator rejects.
     value: jsonschema::Validator,
@@ -140,6 +143,7 @@ impl Schema {
         let validator = compiled::keep(
             digest,
             Arc::new(Validators {
+                mark: SchemaMark::fresh(),
                 value: validator,
                 text: OnceLock::new(),
             }),
@@ -201,13 +205,17 @@ impl Schema {
     /// Whether a payload satisfies the schema: the verdict of
     /// [`Schema::validate`] without the cost of naming a violation.
     pub fn is_valid(&self, payload: &Payload) -> bool {
-        if self.json.as_str() == "true" {
+        if self.json.as_str() == "true" || payload.satisfies(self.validator.mark) {
             return true;
         }
-        match self.validator.text_verdict(&self.json, payload) {
+        let valid = match self.validator.text_verdict(&self.json, payload) {
             Some(verdict) => verdict,
             None => self.validator.value.is_valid(&payload.to_value()),
+        };
+        if valid {
+            payload.note_satisfies(self.validator.mark);
         }
+        valid
     }
 
     /// Validates an already parsed value.

@@ -1,6 +1,7 @@
 //! Immutable JSON payloads with one canonical byte encoding.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use serde::de::{DeserializeOwned, DeserializeSeed, MapAccess, SeqAccess, Visitor};
@@ -39,6 +40,25 @@ struct Inner {
     /// How deeply arrays and objects nest in the text (0 for a scalar):
     /// known where the text was checked or written, else found on demand.
     depth: OnceLock<usize>,
+    /// The compiled schema this payload was last found to satisfy (its
+    /// [`SchemaMark`]), or 0: a payload handed from layer to layer is
+    /// checked against the same schema again and again (a child's input
+    /// by each start, an output by its stage and by the engine), and a
+    /// verdict on the same text by the same validator cannot change.
+    satisfies: AtomicU64,
+}
+
+/// A compiled schema's mark, unique in the process (never 0, never
+/// reused), under which payloads remember satisfying it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SchemaMark(u64);
+
+impl SchemaMark {
+    /// A mark no schema compiled before has.
+    pub(crate) fn fresh() -> SchemaMark {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        SchemaMark(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
 }
 
 /// Why a payload could not be built or decoded.
@@ -181,6 +201,7 @@ impl Payload {
             text,
             digest: OnceLock::new(),
             depth: OnceLock::new(),
+            satisfies: AtomicU64::new(0),
         })))
     }
 
@@ -269,6 +290,16 @@ impl Payload {
             .0
             .digest
             .get_or_init(|| Digest::of(Purpose::Payload, self.as_bytes()))
+    }
+
+    /// Whether this payload was found to satisfy the schema marked `mark`.
+    pub(crate) fn satisfies(&self, mark: SchemaMark) -> bool {
+        self.0.satisfies.load(Ordering::Relaxed) == mark.0
+    }
+
+    /// Notes that this payload satisfies the schema marked `mark`.
+    pub(crate) fn note_satisfies(&self, mark: SchemaMark) {
+        self.0.satisfies.store(mark.0, Ordering::Relaxed);
     }
 
     /// How deeply arrays and objects nest (0 for a scalar); found once, by

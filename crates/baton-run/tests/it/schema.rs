@@ -450,6 +450,62 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(Config::with_cases(500))]
+
+    /// One payload checked against several schemas in turn, and against
+    /// each again, gets each schema's own verdict every time: what a
+    /// payload remembers of a schema it satisfied never answers for
+    /// another, nor for the same schema compiled anew.
+    #[test]
+    fn a_payload_checked_against_schemas_in_turn_gets_each_ones_verdict(
+        roots in prop::collection::vec(root_schema(), 2..4),
+        instances in prop::collection::vec(instance(), 1..4),
+    ) {
+        let schemas: Vec<Schema> = roots
+            .iter()
+            .filter_map(|root| Schema::new(Payload::from_value(root).expect("small JSON")).ok())
+            .collect();
+        for instance in &instances {
+            let payload = Payload::from_value(instance).expect("small JSON encodes");
+            let value = payload.to_value();
+            for schema in schemas.iter().chain(schemas.iter().rev()) {
+                let expected = schema.validate_value(&value);
+                prop_assert_eq!(schema.is_valid(&payload), expected.is_ok(), "schema {}", schema.json().as_str());
+                prop_assert_eq!(schema.validate(&payload), expected);
+                let again = Schema::new(schema.json().clone()).expect("compiled before");
+                prop_assert_eq!(again.is_valid(&payload), schema.is_valid(&payload));
+            }
+        }
+    }
+}
+
+/// Two schemas that a payload tells apart: what it satisfied under the
+/// first does not carry over to the second, and back.
+#[test]
+fn a_payload_satisfying_one_schema_is_still_judged_by_the_next() {
+    let integer = Schema::parse(r#"{"type":"integer"}"#).unwrap();
+    let string = Schema::parse(r#"{"type":"string"}"#).unwrap();
+    let five = Payload::parse_str("5").unwrap();
+    assert!(integer.is_valid(&five));
+    assert!(!string.is_valid(&five));
+    assert!(string.validate(&five).is_err());
+    assert!(integer.is_valid(&five));
+    let word = Payload::parse_str(r#""five""#).unwrap();
+    assert!(string.is_valid(&word));
+    assert!(!integer.is_valid(&word));
+    // A schema compiled after another was dropped starts with no payload
+    // believing it satisfied.
+    drop(string);
+    let positive = Schema::parse(r#"{"type":"integer","minimum":6}"#).unwrap();
+    assert!(!positive.is_valid(&five));
+    assert!(
+        !Schema::parse(r#"{"type":"string"}"#)
+            .unwrap()
+            .is_valid(&five)
+    );
+}
+
 /// One branch of a `oneOf` of constants as schemars writes a documented
 /// enum's variant, or one that only looks like it (a type the constant does
 /// not have, a keyword that constrains, no constant at all).
