@@ -6,17 +6,19 @@
 //! few hundred instructions a member (each key's escape check and copy,
 //! each id's hex text, each number through the generic serializer). Here
 //! those kinds' keys are literal text and their ids, numbers and payloads
-//! are written in place; the rarer members (a state change, a failure, a
-//! budget, an effect other than a child start) and every other kind go
-//! through the serializer. Debug builds check every body against serde's
+//! are written in place, as are child starts' and children waits' effects
+//! and unlimited budgets; the rarer members (a state change, a failure, a
+//! budget with limits, the other effects) and every other kind go through
+//! the serializer. Debug builds check every body against serde's
 //! text.
 
 use std::sync::Arc;
 
 use super::RecordBody;
+use crate::budget::Budget;
 use crate::canonical::{Compact, append, number, quoted, to_compact_by, write_str};
 use crate::ids::{EffectId, ProcessId};
-use crate::protocol::{Effect, Transition};
+use crate::protocol::{Boundary, Condition, Effect, Transition};
 
 type Error = serde_json::Error;
 
@@ -178,7 +180,7 @@ fn write_effect(compact: &mut Compact<'_>, effect: &Effect) -> Result<(), Error>
         grant,
     } = effect
     else {
-        return compact.value(effect);
+        return write_other_effect(compact, effect);
     };
     compact.out.push_str("{\"effect\":\"start_child\",\"key\":");
     write_str(compact.out, key.as_str());
@@ -187,7 +189,7 @@ fn write_effect(compact: &mut Compact<'_>, effect: &Effect) -> Result<(), Error>
     compact.out.push_str(",\"input\":");
     append(compact.out, input.as_str());
     compact.out.push_str(",\"budget\":");
-    compact.value(budget)?;
+    write_budget(compact, budget)?;
     if !capabilities.is_empty() {
         compact.out.push_str(",\"capabilities\":");
         compact.value(capabilities)?;
@@ -200,16 +202,61 @@ fn write_effect(compact: &mut Compact<'_>, effect: &Effect) -> Result<(), Error>
     Ok(())
 }
 
+/// A children wait directly; the other effects through the serializer.
+fn write_other_effect(compact: &mut Compact<'_>, effect: &Effect) -> Result<(), Error> {
+    let Effect::WaitChildren {
+        keys,
+        boundary,
+        condition,
+    } = effect
+    else {
+        return compact.value(effect);
+    };
+    compact
+        .out
+        .push_str("{\"effect\":\"wait_children\",\"keys\":[");
+    for (at, key) in keys.iter().enumerate() {
+        if at > 0 {
+            compact.out.push(',');
+        }
+        write_str(compact.out, key.as_str());
+    }
+    compact.out.push_str("],\"boundary\":");
+    compact.out.push_str(match boundary {
+        Boundary::Result => "\"result\"",
+        Boundary::Drained => "\"drained\"",
+    });
+    compact.out.push_str(",\"condition\":");
+    match condition {
+        Condition::All => compact.out.push_str("\"all\""),
+        Condition::Any => compact.out.push_str("\"any\""),
+        Condition::Quorum(_) => compact.value(condition)?,
+    }
+    compact.out.push('}');
+    Ok(())
+}
+
+/// An unlimited budget (every member left out) directly; others through
+/// the serializer.
+fn write_budget(compact: &mut Compact<'_>, budget: &Budget) -> Result<(), Error> {
+    if *budget == Budget::unlimited() {
+        compact.out.push_str("{}");
+        Ok(())
+    } else {
+        compact.value(budget)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::{Budget, Capabilities};
+    use crate::budget::Capabilities;
     use crate::digest::{Digest, Purpose};
     use crate::failure::Failure;
     use crate::ids::{ChildKey, EffectId, Name, ProcessId, StartId, WaitId};
     use crate::log::StateChange;
     use crate::payload::Payload;
-    use crate::protocol::{Boundary, Condition, ExecutionState, Grant, Settlement};
+    use crate::protocol::{ExecutionState, Grant, Settlement};
 
     /// Every kind written directly, with each optional member present and
     /// absent, strings that need escaping, and every transition.
@@ -221,24 +268,41 @@ mod tests {
         let payload = |text: &str| Payload::parse_str(text).expect("json");
         let state = |text: &str| ExecutionState(payload(text));
         let program = Digest::of(Purpose::Program, b"child");
-        let start = |capabilities: Capabilities, grant: Grant| Effect::StartChild {
+        let start = |capabilities: Capabilities, grant: Grant, budget: Budget| Effect::StartChild {
             key: key.clone(),
             program,
             input: payload(r#"{"q":"a \"quoted\"\nline"}"#),
-            budget: Budget::unlimited().with_steps(4),
+            budget,
             capabilities,
             grant,
         };
+        let wait = |keys: Vec<ChildKey>, boundary, condition| Effect::WaitChildren {
+            keys,
+            boundary,
+            condition,
+        };
+        let other = ChildKey::new("team.turn-3:x").expect("key");
         let effects = vec![
-            start(Capabilities::none(), Grant::Exact),
+            start(
+                Capabilities::none(),
+                Grant::Exact,
+                Budget::unlimited().with_steps(4),
+            ),
             start(
                 Capabilities::of([Name::new("net").expect("name")]),
                 Grant::Clipped,
+                Budget::unlimited(),
             ),
-            Effect::WaitChildren {
-                keys: vec![key.clone()],
-                boundary: Boundary::Result,
-                condition: Condition::Quorum(1),
+            wait(vec![key.clone()], Boundary::Result, Condition::Quorum(1)),
+            wait(
+                vec![key.clone(), other.clone()],
+                Boundary::Drained,
+                Condition::All,
+            ),
+            wait(Vec::new(), Boundary::Result, Condition::Any),
+            Effect::CancelChild {
+                key: other,
+                reason: "done".into(),
             },
         ];
         let transitions = [
