@@ -207,23 +207,35 @@ fn hex_quad(quad: [u8; 4]) -> [u8; 8] {
     (nibbles + 0x30 * ONES + letters * 0x27).to_be_bytes()
 }
 
+/// Each byte's value as a lower-case hex digit, or `0xff` for a byte that
+/// is none.
+static HEX_VALUES: [u8; 256] = {
+    let mut table = [0xff; 256];
+    let mut at = 0;
+    while at < 16 {
+        let digit = b"0123456789abcdef"[at];
+        table[digit as usize] = at as u8;
+        at += 1;
+    }
+    table
+};
+
+/// The `N` bytes `text` spells in lower-case hex, or `None`. Digits are
+/// looked up, and one check at the end refuses any that was not one: ids
+/// are random, so a branch on each digit's range would be mispredicted
+/// about every third digit.
 pub(crate) fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
     if text.len() != N * 2 {
         return None;
     }
-    /// A lower-case hex digit's value.
-    fn nibble(digit: u8) -> Option<u8> {
-        match digit {
-            b'0'..=b'9' => Some(digit - b'0'),
-            b'a'..=b'f' => Some(digit - b'a' + 10),
-            _ => None,
-        }
-    }
     let mut out = [0u8; N];
-    for (index, pair) in text.as_bytes().chunks_exact(2).enumerate() {
-        out[index] = nibble(pair[0])? << 4 | nibble(pair[1])?;
+    let mut seen = 0u8;
+    for (byte, pair) in out.iter_mut().zip(text.as_bytes().chunks_exact(2)) {
+        let (high, low) = (HEX_VALUES[pair[0] as usize], HEX_VALUES[pair[1] as usize]);
+        seen |= high | low;
+        *byte = high << 4 | low;
     }
-    Some(out)
+    (seen & 0xf0 == 0).then_some(out)
 }
 
 impl fmt::Display for Digest {
@@ -281,6 +293,31 @@ impl<'de> Deserialize<'de> for Digest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every pair of ASCII characters reads as the byte its two lower-case
+    /// digits spell, or as none when either is not one; a wrong length
+    /// reads as none.
+    #[test]
+    fn unhex_reads_exactly_lower_case_digit_pairs() {
+        let digit = |c: u8| match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        };
+        for high in 0u8..128 {
+            for low in 0u8..128 {
+                let text = String::from_utf8(vec![b'7', b'f', high, low]).expect("ascii");
+                let expected = digit(high)
+                    .zip(digit(low))
+                    .map(|(high, low)| [0x7f, high << 4 | low]);
+                assert_eq!(unhex::<2>(&text), expected, "{text:?}");
+            }
+        }
+        assert_eq!(unhex::<1>("7"), None);
+        assert_eq!(unhex::<1>("7f0"), None);
+        assert_eq!(unhex::<1>("é"), None);
+        assert_eq!(unhex::<2>("éé"), None);
+    }
 
     /// Every byte in every position of a word writes its two digits, as a
     /// table of the sixteen digits would.

@@ -142,11 +142,7 @@ impl Payload {
     /// ```
     pub fn parse_string(text: String) -> Result<Payload, PayloadError> {
         match canonical_depth(&text) {
-            Some(depth) => {
-                let payload = Self::from_canonical_text(text)?;
-                payload.0.depth.get_or_init(|| depth);
-                Ok(payload)
-            }
+            Some(depth) => Self::from_canonical_at(text.into_boxed_str(), Some(depth)),
             None => Self::parse_str(&text),
         }
     }
@@ -162,9 +158,7 @@ impl Payload {
         if let Some(text) = utf8
             && let Some(depth) = canonical_depth(text)
         {
-            let payload = Self::from_canonical(text.into())?;
-            payload.0.depth.get_or_init(|| depth);
-            return Ok(payload);
+            return Self::from_canonical_at(text.into(), Some(depth));
         }
         let mut deserializer = serde_json::Deserializer::from_slice(text);
         let canonical = StrictText::read(&mut deserializer).map_err(classify_parse_error)?;
@@ -190,6 +184,13 @@ impl Payload {
     /// serde_json from a value, by this module's canonical writers, or
     /// checked by the canonical scanner): parsing it again would only cost.
     fn from_canonical(text: Box<str>) -> Result<Payload, PayloadError> {
+        Self::from_canonical_at(text, None)
+    }
+
+    /// [`Payload::from_canonical`] of text whose nesting depth is known
+    /// where it was checked or written (set in place: a `OnceLock` set
+    /// after the fact costs a trip through its `Once`).
+    fn from_canonical_at(text: Box<str>, depth: Option<usize>) -> Result<Payload, PayloadError> {
         let size = text.len();
         if size > Self::MAX_BYTES {
             return Err(PayloadError::TooLarge {
@@ -200,7 +201,7 @@ impl Payload {
         Ok(Payload(Arc::new(Inner {
             text,
             digest: OnceLock::new(),
-            depth: OnceLock::new(),
+            depth: depth.map_or_else(OnceLock::new, OnceLock::from),
             satisfies: AtomicU64::new(0),
         })))
     }
@@ -248,9 +249,7 @@ impl Payload {
         quoted.push('"');
         quoted.push_str(text);
         quoted.push('"');
-        let payload = Self::from_canonical_text(quoted).expect("an id's text is small");
-        payload.0.depth.get_or_init(|| 0);
-        payload
+        Self::from_canonical_at(quoted.into_boxed_str(), Some(0)).expect("an id's text is small")
     }
 
     /// The canonical JSON text.

@@ -270,9 +270,7 @@ impl PayloadWriter {
         if !self.complete {
             return Err(PayloadError::Unfinished(WriteError::Empty));
         }
-        let payload = Payload::from_canonical(self.out.into_boxed_str())?;
-        payload.0.depth.get_or_init(|| self.deepest);
-        Ok(payload)
+        Payload::from_canonical_at(self.out.into_boxed_str(), Some(self.deepest))
     }
 
     /// Integers, booleans and `null`, given as their JSON text.
@@ -372,9 +370,7 @@ impl Payload {
             crate::canonical::append(&mut out, members);
         }
         out.push('}');
-        let payload = Payload::from_canonical(out.into_boxed_str())?;
-        payload.0.depth.get_or_init(|| depth);
-        Ok(payload)
+        Payload::from_canonical_at(out.into_boxed_str(), Some(depth))
     }
 }
 
