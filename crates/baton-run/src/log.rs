@@ -118,9 +118,10 @@ pub enum RecordBody {
         start: StartId,
         /// The root process.
         root: ProcessId,
-        /// The exact program.
+        /// The exact program (boxed: it is the largest member of any record,
+        /// and every record body is as large as its largest kind).
         #[serde(serialize_with = "program_text")]
-        program: ProgramRef,
+        program: Box<ProgramRef>,
         /// The validated input.
         input: Payload,
         /// The root's budget.
@@ -672,14 +673,14 @@ mod tests {
         RecordBody::TreeStarted {
             root: ProcessId::root(&start),
             start,
-            program: crate::protocol::ProgramRef {
+            program: Box::new(crate::protocol::ProgramRef {
                 name: crate::ids::Name::new("p").expect("valid"),
                 contract: Digest::ZERO,
                 implementation: Digest::ZERO,
                 configuration: Digest::ZERO,
                 children: Vec::new(),
                 digest: Digest::ZERO,
-            },
+            }),
             input: payload.clone(),
             budget: Budget::unlimited(),
             capabilities: Capabilities::none(),
@@ -894,7 +895,7 @@ mod tests {
                 for chosen in [program(n, "p"), program(n, "p"), program(n, "q")] {
                     let mut body = tree_started(Labels::default(), None, Payload::null());
                     if let RecordBody::TreeStarted { program: slot, .. } = &mut body {
-                        *slot = chosen.clone();
+                        **slot = chosen.clone();
                     }
                     let expected = serde_json::to_string(&chosen).expect("encodes");
                     let text =

@@ -86,7 +86,7 @@ pub(super) async fn start(
     let body = RecordBody::TreeStarted {
         start: request.id.clone(),
         root: tree,
-        program: program.reference().clone(),
+        program: Box::new(program.reference().clone()),
         input: request.input.clone(),
         budget: request.budget.clone(),
         capabilities: request.capabilities.clone(),
@@ -192,7 +192,7 @@ async fn take_up(
     let body = RecordBody::TreeStarted {
         start: request.id,
         root: tree,
-        program: program.reference().clone(),
+        program: Box::new(program.reference().clone()),
         input: request.input,
         budget: request.budget,
         capabilities: request.capabilities,

@@ -165,7 +165,7 @@ pub(super) fn explain(versions: &[Program], stored: Option<&ProgramRef>) -> Vers
 pub(super) fn root_reference(load: &TreeLoad) -> Option<ProgramRef> {
     let first = load.records.first().filter(|record| record.seq == 1)?;
     match first.decode() {
-        Ok(RecordBody::TreeStarted { program, .. }) => Some(program),
+        Ok(RecordBody::TreeStarted { program, .. }) => Some(*program),
         _ => None,
     }
 }

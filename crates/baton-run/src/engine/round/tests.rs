@@ -91,7 +91,7 @@ fn tree(root: &Program, budget: Budget) -> TreeState {
     let body = RecordBody::TreeStarted {
         root: ProcessId::root(&start),
         start,
-        program: root.reference().clone(),
+        program: Box::new(root.reference().clone()),
         input: Payload::null(),
         budget,
         capabilities: Capabilities::none(),

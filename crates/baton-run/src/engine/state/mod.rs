@@ -512,7 +512,8 @@ impl TreeState {
         else {
             return inconsistent("a log must begin with tree_started");
         };
-        let process = ProcessState::new(program.into(), input, budget, capabilities, state);
+        let process =
+            ProcessState::new(program.as_ref().into(), input, budget, capabilities, state);
         Ok(TreeState {
             start: start.clone(),
             root: *root,

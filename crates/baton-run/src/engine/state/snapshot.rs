@@ -245,14 +245,14 @@ mod tests {
         let body = RecordBody::TreeStarted {
             root,
             start,
-            program: crate::protocol::ProgramRef {
+            program: Box::new(crate::protocol::ProgramRef {
                 name: Name::new("test.root").expect("valid"),
                 contract: digest(b"contract"),
                 implementation: digest(b"implementation"),
                 configuration: digest(b"configuration"),
                 children: vec![digest(b"child")],
                 digest: digest(b"root"),
-            },
+            }),
             input: json(r#"{"q":"\u0001 and \"quotes\""}"#),
             budget: Budget::unlimited().with_steps(9),
             capabilities: Capabilities::of([Name::new("net.http").expect("valid")]),
