@@ -237,18 +237,12 @@ impl Payload {
         Self::from_canonical("null".into()).expect("null is small")
     }
 
-    /// The JSON string of `text`, which needs no escape (an id's text): as
-    /// `Payload::encode(text)` writes it, without serde's writer.
+    /// The JSON string of an id's text, which needs no escape: as
+    /// `Payload::encode(text)` writes it, quoted by the canonical writer's
+    /// own helper for ids, without serde.
     pub(crate) fn plain_string(text: &str) -> Payload {
-        debug_assert_eq!(
-            plain_run(text.as_bytes()),
-            text.len(),
-            "{text:?} needs escaping"
-        );
-        let mut quoted = String::with_capacity(text.len() + 2);
-        quoted.push('"');
-        quoted.push_str(text);
-        quoted.push('"');
+        let mut quoted = String::new();
+        crate::canonical::quoted(&mut quoted, text);
         Self::from_canonical_at(quoted.into_boxed_str(), Some(0)).expect("an id's text is small")
     }
 
