@@ -331,25 +331,18 @@ fn is_default_limits(limits: &TreeLimits) -> bool {
     *limits == TreeLimits::default()
 }
 
-/// Writes a start's program as serde_json writes it, from the text kept for
-/// it when this thread wrote the same program before: a host starts the
-/// same few programs again and again, and a program's reference (four
-/// digests, the children's and a name) is most of what writing a start
-/// costs. The text goes as a raw JSON value, so serde_json's serializers
-/// (and the kernel's own) write it as it is; a value kept is reused only for
-/// an equal program, so it is never stale.
-fn program_text<S: serde::Serializer>(
-    program: &ProgramRef,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    use serde::ser::SerializeStruct;
+/// A program reference's JSON text (`serde_json::to_string`), kept per
+/// thread for the last few programs: a tree's start record writes its
+/// program, and a host starts many trees of the same few programs. `None`
+/// when the thread's cache is in use or gone (the caller writes it then).
+fn program_json(program: &ProgramRef) -> Option<Arc<str>> {
     /// The programs a thread keeps the text of.
     const KEPT: usize = 4;
     thread_local! {
         static WRITTEN: std::cell::RefCell<Vec<(ProgramRef, Arc<str>)>> =
             const { std::cell::RefCell::new(Vec::new()) };
     }
-    let text = WRITTEN
+    WRITTEN
         .try_with(|written| {
             let mut written = written.try_borrow_mut().ok()?;
             if let Some((_, text)) = written.iter().find(|(kept, _)| kept == program) {
@@ -363,8 +356,22 @@ fn program_text<S: serde::Serializer>(
             Some(text)
         })
         .ok()
-        .flatten();
-    let Some(text) = text else {
+        .flatten()
+}
+
+/// Writes a start's program as serde_json writes it, from the text kept for
+/// it when this thread wrote the same program before: a host starts the
+/// same few programs again and again, and a program's reference (four
+/// digests, the children's and a name) is most of what writing a start
+/// costs. The text goes as a raw JSON value, so serde_json's serializers
+/// (and the kernel's own) write it as it is; a value kept is reused only for
+/// an equal program, so it is never stale.
+fn program_text<S: serde::Serializer>(
+    program: &ProgramRef,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeStruct;
+    let Some(text) = program_json(program) else {
         return program.serialize(serializer);
     };
     let token = crate::canonical::RAW_VALUE_TOKEN;

@@ -1,16 +1,17 @@
 //! A record body's text: exactly what serde writes of [`RecordBody`], with
 //! the kinds a run writes most written directly.
 //!
-//! A short run's records are mostly steps, child starts and settled
-//! children waits, and serde's way through the kernel's serializer costs a
-//! few hundred instructions a member (each key's escape check and copy,
-//! each id's hex text, each number through the generic serializer). Here
-//! those kinds' keys are literal text and their ids, numbers and payloads
-//! are written in place, as are child starts' and children waits' effects
-//! and unlimited budgets; the rarer members (a state change, a failure, a
-//! budget with limits, the other effects) and every other kind go through
-//! the serializer. Debug builds check every body against serde's
-//! text.
+//! A short run's records are mostly its tree's start, steps, child starts
+//! and settled children waits, and serde's way through the kernel's
+//! serializer costs a few hundred instructions a member (each key's escape
+//! check and copy, each id's hex text, each number through the generic
+//! serializer). Here those kinds' keys are literal text and their ids,
+//! numbers and payloads are written in place, as are child starts' and
+//! children waits' effects, unlimited budgets and a start's program (its
+//! text kept per thread); the rarer members (a state change, a failure, a
+//! budget with limits, tree limits, labels, the other effects) and every
+//! other kind go through the serializer. Debug builds check every body
+//! against serde's text.
 
 use std::sync::Arc;
 
@@ -99,6 +100,61 @@ fn write_body(compact: &mut Compact<'_>, body: &RecordBody) -> Result<(), Error>
                 compact.out.push_str(",\"state\":");
                 append(compact.out, state.0.as_str());
             }
+        }
+        RecordBody::TreeStarted {
+            start,
+            root,
+            program,
+            input,
+            budget,
+            capabilities,
+            deadline,
+            limits,
+            created,
+            labels,
+            state,
+        } => {
+            let Some(program) = super::program_json(program) else {
+                return compact.value(body);
+            };
+            compact
+                .out
+                .push_str("{\"kind\":\"tree_started\",\"start\":{\"scope\":");
+            write_str(compact.out, start.scope.as_str());
+            compact.out.push_str(",\"key\":");
+            write_str(compact.out, start.key.as_str());
+            compact.out.push_str("},\"root\":");
+            quoted(compact.out, root.text().as_str());
+            compact.out.push_str(",\"program\":");
+            append(compact.out, &program);
+            compact.out.push_str(",\"input\":");
+            append(compact.out, input.as_str());
+            compact.out.push_str(",\"budget\":");
+            write_budget(compact, budget)?;
+            compact.out.push_str(",\"capabilities\":");
+            if capabilities.is_empty() {
+                compact.out.push_str("[]");
+            } else {
+                compact.value(capabilities)?;
+            }
+            if let Some(deadline) = deadline {
+                compact.out.push_str(",\"deadline\":");
+                number(compact.out, deadline.0);
+            }
+            if !super::is_default_limits(limits) {
+                compact.out.push_str(",\"limits\":");
+                compact.value(limits)?;
+            }
+            if let Some(created) = created {
+                compact.out.push_str(",\"created\":");
+                number(compact.out, created.0);
+            }
+            if !labels.is_empty() {
+                compact.out.push_str(",\"labels\":");
+                compact.value(labels)?;
+            }
+            compact.out.push_str(",\"state\":");
+            append(compact.out, state.0.as_str());
         }
         RecordBody::ChildrenReady { process, effect } => {
             process_effect(compact.out, "children_ready", *process, *effect);
@@ -250,10 +306,12 @@ fn write_budget(compact: &mut Compact<'_>, budget: &Budget) -> Result<(), Error>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::Capabilities;
+    use crate::budget::{Capabilities, TreeLimits};
+    use crate::clock::Timestamp;
     use crate::digest::{Digest, Purpose};
     use crate::failure::Failure;
     use crate::ids::{ChildKey, EffectId, Name, ProcessId, StartId, WaitId};
+    use crate::labels::Labels;
     use crate::log::StateChange;
     use crate::payload::Payload;
     use crate::protocol::{ExecutionState, Grant, Settlement};
@@ -366,6 +424,55 @@ mod tests {
             },
             RecordBody::EffectReplayed { process, effect },
         ]);
+        // Tree starts: every optional member absent (an unlimited budget, no
+        // capabilities), then every one present (labels with text to escape).
+        let tree = |bare: bool| {
+            let start = StartId::new("acme/alice", "s-1.x:2").expect("id");
+            RecordBody::TreeStarted {
+                root: ProcessId::root(&start),
+                start,
+                program: Box::new(crate::protocol::ProgramRef {
+                    name: Name::new("bench.chain").expect("name"),
+                    contract: Digest::of(Purpose::Program, b"contract"),
+                    implementation: Digest::ZERO,
+                    configuration: Digest::of(Purpose::Program, b"configuration"),
+                    children: if bare {
+                        Vec::new()
+                    } else {
+                        vec![program, program]
+                    },
+                    digest: program,
+                }),
+                input: payload(r#"{"q":"a \"quoted\"\nline"}"#),
+                budget: if bare {
+                    Budget::unlimited()
+                } else {
+                    Budget::unlimited().with_steps(9)
+                },
+                capabilities: if bare {
+                    Capabilities::none()
+                } else {
+                    Capabilities::of([Name::new("net").expect("name")])
+                },
+                deadline: (!bare).then_some(Timestamp(u64::MAX)),
+                limits: if bare {
+                    TreeLimits::default()
+                } else {
+                    TreeLimits {
+                        max_depth: 3,
+                        ..TreeLimits::default()
+                    }
+                },
+                created: (!bare).then_some(Timestamp(1_764_000_000_000)),
+                labels: if bare {
+                    Labels::new()
+                } else {
+                    Labels::from_pairs([("team", "a \"b\""), ("env", "prod")]).expect("labels")
+                },
+                state: state(r#"{"stage":0}"#),
+            }
+        };
+        bodies.extend([tree(true), tree(false)]);
         bodies
     }
 
