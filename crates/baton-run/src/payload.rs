@@ -285,6 +285,12 @@ impl Payload {
             .get_or_init(|| Digest::of(Purpose::Payload, self.as_bytes()))
     }
 
+    /// Whether the digest was computed (for tests of what is hashed).
+    #[cfg(test)]
+    pub(crate) fn digest_known(&self) -> bool {
+        self.0.digest.get().is_some()
+    }
+
     /// Whether this payload was found to satisfy the schema marked `mark`.
     pub(crate) fn satisfies(&self, mark: SchemaMark) -> bool {
         self.0.satisfies.load(Ordering::Relaxed) == mark.0

@@ -24,23 +24,24 @@ use super::error::{RuntimeError, StartError, TreeError};
 use super::lease::{Held, acquire};
 use super::round::{InitError, initialize};
 use super::shared::{Door, Published, Publisher, TreeOutcome, TreeShared};
-use super::state::{ProcessState, TreeState, fold};
+use super::state::{InputDigest, ProcessState, TreeState, fold};
 use super::view::{Event, EventKind};
 use super::{EngineInner, Sleep, StartRequest};
 
 /// What makes two starts of one id the same start: the tree they name,
 /// and the program and input they start it with.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct StartKey {
     pub tree: TreeId,
     pub program: Digest,
-    pub input: Digest,
+    pub input: InputDigest,
 }
 
 impl StartKey {
     /// Whether a live tree was started by this start.
     pub fn matches(&self, shared: &TreeShared) -> bool {
-        shared.program == self.program && shared.input == self.input
+        shared.program == self.program
+            && shared.input.lock().is_ok_and(|input| *input == self.input)
     }
 
     /// Whether a stored tree's root was started by this start.
@@ -308,7 +309,7 @@ pub(super) fn finished(engine: &Arc<EngineInner>, state: &TreeState) -> Arc<Tree
         tree: state.root,
         scope: state.start.scope.clone(),
         program: root.program.digest,
-        input: root.input,
+        input: Mutex::new(root.input.clone()),
         door: Mutex::new(Door::Closed),
         outcome,
         progress: super::progress::Board::shared(),
@@ -361,7 +362,7 @@ fn prepare(
         tree,
         scope: state.start.scope.clone(),
         program: root.program.digest,
-        input: root.input,
+        input: Mutex::new(root.input.clone()),
         door: Mutex::new(Door::Closed),
         outcome: outcome_receiver,
         progress: super::progress::Board::shared(),

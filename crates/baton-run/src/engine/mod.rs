@@ -36,6 +36,8 @@ mod shared;
 mod spans;
 mod spare;
 mod state;
+#[cfg(test)]
+mod tests;
 mod usage;
 mod version;
 mod view;
@@ -519,9 +521,10 @@ impl Engine {
         let key = StartKey {
             tree: ProcessId::root(&request.id),
             program: program.reference().digest,
-            input: request.input.digest(),
+            input: state::InputDigest::of(&request.input),
         };
-        let handle = |shared| ProcessHandle::new(self.inner.clone(), shared, key.tree);
+        let tree = key.tree;
+        let handle = |shared| ProcessHandle::new(self.inner.clone(), shared, tree);
         if self.inner.closing() {
             return Err(StartError::ShuttingDown);
         }

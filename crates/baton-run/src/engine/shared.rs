@@ -122,7 +122,9 @@ pub(crate) struct TreeShared {
     pub(super) tree: TreeId,
     pub(super) scope: Scope,
     pub(super) program: Digest,
-    pub(super) input: Digest,
+    /// Its root's input digest, or the input until the tree's first
+    /// round is committed with the tree going on (see `InputDigest`).
+    pub(super) input: Mutex<super::state::InputDigest>,
     /// How commands reach the tree's owner task.
     pub(super) door: Mutex<Door>,
     pub(super) outcome: Arc<Published>,

@@ -289,7 +289,8 @@ pub(super) async fn starting_the_same_id_is_idempotent_and_scopes_are_enforced(f
     let program = program(Kind::Ask, None);
     let other = crate::programs::program(Kind::Loop, None);
     let unregistered = crate::programs::program(Kind::Echo, None);
-    let engine = engine(fresh(), &[&program, &other]);
+    let store = fresh();
+    let engine = engine(store.clone(), &[&program, &other]);
     let first = engine
         .start(&program, request("job", "q"))
         .await
@@ -316,6 +317,34 @@ pub(super) async fn starting_the_same_id_is_idempotent_and_scopes_are_enforced(f
         .await
         .expect_err("conflict");
     assert!(matches!(conflict, StartError::Conflict { .. }));
+
+    // A tree that ends in its first round is told by its input as well:
+    // by this engine, and by a fresh one that reads it from the store.
+    let echo = crate::programs::program(Kind::Echo, None);
+    let input = json!({"text": "x".repeat(5000), "n": 1});
+    let echoes = crate::programs::engine(store.clone(), &[&echo]);
+    let done = echoes
+        .start(&echo, request("echo", &input))
+        .await
+        .expect("starts");
+    assert!(done.is_new());
+    let output = done.await_result().await.expect("terminates");
+    assert_eq!(output.status(), Status::Completed);
+    for engine in [echoes, crate::programs::engine(store, &[&echo])] {
+        let again = engine
+            .start(&echo, request("echo", &input))
+            .await
+            .expect("the same start");
+        assert!(!again.is_new(), "the same start finds the finished tree");
+        assert_eq!(again.id(), done.id());
+        let mut changed = input.clone();
+        changed["n"] = json!(2);
+        let conflict = engine
+            .start(&echo, request("echo", &changed))
+            .await
+            .expect_err("another input");
+        assert_eq!(conflict.code(), "engine.start.conflict");
+    }
 
     let stranger = baton_run::Scope::new("globex").expect("valid");
     let error = engine

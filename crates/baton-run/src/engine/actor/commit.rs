@@ -104,6 +104,13 @@ impl Actor {
             records.push(record);
         }
         let first = self.owner.head_seq + 1;
+        // A tree that goes on keeps its inputs' digests, not the inputs.
+        if !self.state.done() {
+            self.state.settle_inputs();
+            if let Ok(mut input) = self.shared.input.lock() {
+                input.settle();
+            }
+        }
         // One pass over the processes gives the listing status and what
         // hosts awaiting a condition read once the commit is published.
         let (status, reached) = self.state.summary(seq);

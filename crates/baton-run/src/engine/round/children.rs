@@ -177,7 +177,7 @@ pub(in crate::engine) fn start_child(
             Grant::Clipped => within(&child.budget, &budget),
         };
         let same = child.program.digest == program
-            && child.input == input.digest()
+            && child.input.is_of(&input)
             && same_budget
             && child.capabilities == capabilities;
         return if same {

@@ -534,7 +534,7 @@ fn a_started_child_takes_what_its_parents_start_effect_declared() {
     let mut folded = tree.clone();
     folded.apply(&started.record).expect("the start applies");
     let folded_child = &folded.processes[&child_id];
-    assert_eq!(folded_child.input, input.digest());
+    assert_eq!(folded_child.input.digest(), input.digest());
     assert_eq!(folded_child.key.as_ref(), Some(&key));
     assert_eq!(folded_child.program.digest, child.reference().digest);
     assert_eq!(folded_child.budget, Budget::unlimited());

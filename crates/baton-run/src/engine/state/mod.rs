@@ -26,9 +26,11 @@ use crate::storage::{TreeMeta, TreeStatus};
 
 mod child;
 mod fold;
+mod input;
 pub(super) mod snapshot;
 
 pub(super) use fold::{fold, replay, verify_history};
+pub(crate) use input::InputDigest;
 pub(super) use snapshot::encode as snapshot;
 
 /// The committed state of a whole tree.
@@ -74,7 +76,7 @@ pub(crate) struct ProcessState {
     #[serde(default)]
     pub live_children: u32,
     pub program: ProgramId,
-    pub input: Digest,
+    pub input: InputDigest,
     pub budget: Budget,
     pub capabilities: Capabilities,
     pub usage: Usage,
@@ -180,6 +182,16 @@ fn inconsistent<T>(message: impl Into<String>) -> Result<T, ApplyError> {
     Err(ApplyError(message.into()))
 }
 
+impl TreeState {
+    /// Keeps only the digests of the inputs its processes still hold (a
+    /// tree that goes on after a commit: see [`InputDigest`]).
+    pub(super) fn settle_inputs(&mut self) {
+        for process in self.processes.values_mut() {
+            process.input.settle();
+        }
+    }
+}
+
 impl ProcessState {
     fn new(
         program: ProgramId,
@@ -196,7 +208,7 @@ impl ProcessState {
             granted: Usage::default(),
             live_children: 0,
             program,
-            input: input.digest(),
+            input: InputDigest::of(input),
             budget: budget.clone(),
             capabilities: capabilities.clone(),
             usage: Usage::default(),

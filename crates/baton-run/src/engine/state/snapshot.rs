@@ -133,7 +133,7 @@ fn write_process(compact: &mut Compact<'_>, process: &ProcessState) -> Result<()
     out.push_str(",\"digest\":");
     quoted(out, program.digest.text().as_str());
     out.push_str("},\"input\":");
-    quoted(out, input.text().as_str());
+    quoted(out, input.digest().text().as_str());
     out.push_str(",\"budget\":");
     compact.value(budget)?;
     compact.out.push_str(",\"capabilities\":");
@@ -291,9 +291,10 @@ mod tests {
                 payload: json(r#"{"answer":"yes"}"#),
             },
         });
-        process
-            .receipts
-            .insert(SignalId::new("host-0").expect("valid"), process.input);
+        process.receipts.insert(
+            SignalId::new("host-0").expect("valid"),
+            process.input.digest(),
+        );
         process.batch.push(Slot {
             id: effect,
             effect: Effect::Wait {
