@@ -3,60 +3,12 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::descriptor::{Descriptor, Schema};
-use crate::failure::StepError;
 use crate::ids::StartId;
-use crate::protocol::{
-    Definition, Execution, ExecutionState, ProgramConfig, Signal, Transition, configuration_digest,
-    implementation_digest,
-};
+use crate::protocol::Transition;
 use crate::storage::MemoryStore;
 
-/// A definition whose every step returns the transition it was built with.
-struct Scripted {
-    descriptor: Descriptor,
-    transition: Transition,
-}
-
-impl Definition for Scripted {
-    fn descriptor(&self) -> &Descriptor {
-        &self.descriptor
-    }
-
-    fn start(&self, _input: &Payload) -> Result<Box<dyn Execution>, StepError> {
-        Ok(Box::new(Scripted {
-            descriptor: self.descriptor.clone(),
-            transition: self.transition.clone(),
-        }))
-    }
-
-    fn restore(&self, _state: &ExecutionState) -> Result<Box<dyn Execution>, StepError> {
-        self.start(&Payload::null())
-    }
-}
-
-impl Execution for Scripted {
-    fn step(&mut self, _window: &[Signal]) -> Result<Transition, StepError> {
-        Ok(self.transition.clone())
-    }
-
-    fn snapshot(&self) -> Result<ExecutionState, StepError> {
-        Ok(ExecutionState(Payload::null()))
-    }
-}
-
 fn scripted(name: &str, transition: Transition) -> Program {
-    let descriptor = Descriptor::new(name, "a scripted program", Schema::any(), Schema::any())
-        .expect("valid descriptor");
-    Program::new(ProgramConfig {
-        definition: Arc::new(Scripted {
-            descriptor,
-            transition,
-        }),
-        dispatcher: None,
-        implementation: implementation_digest("engine-tests", "1"),
-        configuration: configuration_digest(name).expect("encodes"),
-    })
+    super::round::tests::program(name, transition, Vec::new())
 }
 
 /// A root that ends in its first round never has its input hashed, and a

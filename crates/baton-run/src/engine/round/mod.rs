@@ -35,7 +35,7 @@ use super::state::{Phase, ProcessState, TreeState, ending_failure, signal_digest
 mod children;
 mod step;
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;
 
 #[cfg(test)]
 use children::grant_refusal;

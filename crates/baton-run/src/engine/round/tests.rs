@@ -58,7 +58,12 @@ impl Execution for ScriptedRun {
     }
 }
 
-fn program(name: &str, transition: Transition, children: Vec<Program>) -> Program {
+/// A scripted program (also the engine's own tests').
+pub(in crate::engine) fn program(
+    name: &str,
+    transition: Transition,
+    children: Vec<Program>,
+) -> Program {
     let descriptor = Descriptor::new(
         name,
         "a scripted test program",
