@@ -128,8 +128,10 @@ impl Payload {
     }
 
     /// Parses JSON text given as an owned string: text that is already
-    /// canonical becomes the payload as it is, without a copy; any other
-    /// text is parsed as [`Payload::parse_str`] parses it.
+    /// canonical becomes the payload as it is, checked but not parsed again
+    /// or copied out (its buffer is kept, shrunk to the text's length,
+    /// which an allocator may do in place); any other text is parsed as
+    /// [`Payload::parse_str`] parses it.
     ///
     /// ```
     /// use baton_run::Payload;

@@ -78,12 +78,6 @@ impl PartialEq for InputDigest {
 
 impl Eq for InputDigest {}
 
-impl From<Digest> for InputDigest {
-    fn from(digest: Digest) -> InputDigest {
-        InputDigest::Known(digest)
-    }
-}
-
 impl fmt::Debug for InputDigest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&self.digest(), f)
