@@ -89,7 +89,9 @@ pub enum StartError {
     Program(Failure),
     /// The start id names a tree with another program or input.
     #[error(
-        "start refused (engine.start.conflict): {id:?} already names a tree with a different program or input"
+        "start refused (engine.start.conflict): start id {key:?} in scope {scope:?} already names a tree with a different program or input",
+        key = id.key.as_str(),
+        scope = id.scope.as_str()
     )]
     Conflict {
         /// The start id.

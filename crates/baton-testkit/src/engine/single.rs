@@ -312,6 +312,12 @@ pub(super) async fn starting_the_same_id_is_idempotent_and_scopes_are_enforced(f
         .await
         .expect_err("conflict");
     assert_eq!(conflict.code(), "engine.start.conflict");
+    assert!(
+        conflict
+            .to_string()
+            .contains(r#"start id "job" in scope "acme""#),
+        "the message names the start id as the caller gave it: {conflict}"
+    );
     let conflict = engine
         .start(&other, request("job", "q"))
         .await
