@@ -255,8 +255,32 @@ fn tree_id(text: &str) -> Result<ProcessId, CliError> {
 }
 
 fn json(text: &str, what: &str) -> Result<Payload, CliError> {
-    Payload::parse_str(text)
-        .map_err(|error| CliError::argument(format!("{what} is not valid JSON: {error}")))
+    Payload::parse_str(text).map_err(|error| {
+        let hint = quoting_hint(text);
+        CliError::argument(format!("{what} is not valid JSON: {error}{hint}"))
+    })
+}
+
+/// What to do when refused text looks like meant as a string: a JSON
+/// string keeps its double quotes, which the shell strips unless the whole
+/// argument is quoted. Empty for text that starts like another JSON value
+/// (an object, an array, a number, a string), whose error says where it
+/// went wrong.
+fn quoting_hint(text: &str) -> String {
+    let trimmed = text.trim();
+    let Some(first) = trimmed.chars().next() else {
+        return r#"; give a JSON value, for example '"ship it"' (a string keeps its quotes)"#
+            .to_owned();
+    };
+    if matches!(first, '{' | '[' | '"' | '-' | '0'..='9') {
+        return String::new();
+    }
+    let quoted = serde_json::to_string(text).expect("a string is JSON");
+    if quoted.contains('\'') {
+        "; to pass it as a JSON string, write it in double quotes and quote the argument for the shell".to_owned()
+    } else {
+        format!("; to pass it as a JSON string, keep its quotes: '{quoted}'")
+    }
 }
 
 /// A start key no earlier start used: 128 random bits.

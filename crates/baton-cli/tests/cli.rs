@@ -319,6 +319,20 @@ fn bad_input_fails_with_one_clear_line_and_changes_nothing() {
         dir.fails(&["answer", tree, "--wait", wait, "{not json"])
             .contains("not valid JSON")
     );
+    // Text the shell stripped of its quotes is refused with the way to
+    // pass it as a JSON string; an empty answer with an example of one.
+    assert!(
+        dir.fails(&["answer", tree, "--wait", wait, "ship it"])
+            .contains(r#"not valid JSON: malformed JSON: expected value at line 1 column 1; to pass it as a JSON string, keep its quotes: '"ship it"'"#)
+    );
+    assert!(
+        dir.fails(&["answer", tree, "--wait", wait, ""])
+            .contains(r#"give a JSON value, for example '"ship it"'"#)
+    );
+    assert!(
+        !dir.fails(&["answer", tree, "--wait", wait, "{not json"])
+            .contains("keep its quotes")
+    );
     // The gate's answer schema is a string: a number is a schema violation.
     assert!(
         dir.fails(&["answer", tree, "--wait", wait, "42"])

@@ -179,6 +179,11 @@ pub(crate) fn json<T: serde::de::DeserializeOwned>(
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<T, Problem> {
     let bytes = body(bytes)?;
+    if bytes.trim_ascii().is_empty() {
+        return Err(Problem::malformed(
+            "the request body is empty: this route takes a JSON object (GET /openapi.json describes it)",
+        ));
+    }
     serde_json::from_slice(&bytes)
         .map_err(|error| Problem::malformed(format!("the request body is not valid: {error}")))
 }

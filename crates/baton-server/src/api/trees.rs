@@ -633,6 +633,11 @@ pub(crate) async fn answer(
         .map_err(|error| Problem::malformed(format!("not a wait id: {error}")))?;
     let until = query(until)?;
     let bytes = super::body(body)?;
+    if bytes.trim_ascii().is_empty() {
+        return Err(Problem::malformed(
+            r#"the answer is empty: the request body is the answer, as JSON (a string keeps its quotes: "ship it")"#,
+        ));
+    }
     let answer = Payload::parse(&bytes)
         .map_err(|error| Problem::malformed(format!("the answer is not JSON: {error}")))?;
     let permit = permit(&host, until).await?;

@@ -326,6 +326,27 @@ async fn every_error_is_a_problem_document_with_its_status() {
         .post("/v1/trees", TOKEN_A, r#"{"program":"demo.pause"}"#)
         .await
         .assert_problem(400, "serve.request.malformed");
+    // An empty body says so, and what the route takes.
+    let empty = server
+        .post(&format!("/v1/trees/{tree}/cancel"), TOKEN_A, "")
+        .await;
+    empty.assert_problem(400, "serve.request.malformed");
+    assert_eq!(
+        empty.json["detail"],
+        "the request body is empty: this route takes a JSON object (GET /openapi.json describes it)"
+    );
+    let empty = server
+        .post(&format!("/v1/trees/{tree}/waits/{wait}"), TOKEN_A, " \n")
+        .await;
+    empty.assert_problem(400, "serve.request.malformed");
+    assert!(
+        empty.json["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("the answer is empty: the request body is the answer, as JSON"),
+        "{}",
+        empty.text
+    );
     server
         .get("/v1/trees/not-a-tree", TOKEN_A)
         .await
