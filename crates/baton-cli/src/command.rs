@@ -261,11 +261,11 @@ fn json(text: &str, what: &str) -> Result<Payload, CliError> {
     })
 }
 
-/// What to do when refused text looks like meant as a string: a JSON
-/// string keeps its double quotes, which the shell strips unless the whole
-/// argument is quoted. Empty for text that starts like another JSON value
-/// (an object, an array, a number, a string), whose error says where it
-/// went wrong.
+/// What to do when refused text looks like a string whose quotes the
+/// shell removed: a JSON string keeps its double quotes only when the
+/// whole argument is quoted for the shell. Empty for text that starts like
+/// another JSON value (an object, an array, a number, a string), whose
+/// error says where it went wrong.
 fn quoting_hint(text: &str) -> String {
     let trimmed = text.trim();
     let Some(first) = trimmed.chars().next() else {
