@@ -100,7 +100,7 @@ pub enum Command {
         /// The wait to answer (`w_…`).
         #[arg(long)]
         wait: String,
-        /// The answer as JSON.
+        /// The answer as JSON (a JSON string needs its quotes: '"ship it"').
         json_answer: String,
         /// How the command drives the tree.
         #[command(flatten)]
